@@ -1,0 +1,325 @@
+"""The `kitctl` command line (typer).
+
+Exit codes (README "Exit codes"):
+  0  the run finished and every engine × precision has a capacity (bounded or censored)
+  1  the run finished but some engine × precision has none (no passing batch, or an invalid
+     non-memory failure)
+  2  bad input or an unfit host: one line on stderr, nothing written
+  130 interrupted (SIGINT/SIGTERM): the partial artifact is kept; `--resume` continues it
+"""
+from __future__ import annotations
+
+import enum
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import click
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from . import artifact as art
+from .artifact import ArtifactError, ArtifactStore
+from .budget import Budget, BudgetError, make_budget
+from .datasets import DataError, resolve_cifar10
+from .engines import ENGINES, EngineError, parse_engines
+from .protocol import TrialRequest
+from .provenance import host_info, kit_info
+from .runner import Interrupted, Runner, RunPlan
+from .search import STRATEGIES, SearchConfig
+from .summary import maxbatch_rows, ratios
+
+EXIT_OK, EXIT_INCOMPLETE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+DEFAULT_TIMEOUT_S = 900.0
+DEFAULT_MAX_BATCH = 1 << 20
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Containerized max-batch and throughput benchmarks for deep-learning engines.")
+run_app = typer.Typer(no_args_is_help=True, help="Run a benchmark.")
+app.add_typer(run_app, name="run")
+
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class Fail(Exception):
+    """Bad input or an unfit host: one line, exit 2."""
+
+
+class Precision(str, enum.Enum):
+    fp32 = "fp32"
+    bf16 = "bf16"
+    both = "both"
+
+
+class Device(str, enum.Enum):
+    cuda = "cuda"
+    cpu = "cpu"
+
+
+class RuntimeName(str, enum.Enum):
+    auto = "auto"
+    local = "local"
+    docker = "docker"
+
+
+class Dataset(str, enum.Enum):
+    synthetic = "synthetic"
+    cifar10 = "cifar10"
+
+
+@dataclass
+class GpuContext:
+    nvml: Any
+    handle: Any
+    info: Any
+    budget: Budget
+
+
+def _open_gpu(gpu: str | None, vram_limit: int | None, reserve: int, require_idle: bool,
+              idle_threshold: float) -> GpuContext:
+    from .gpu import GpuError, Nvml, check_idle
+
+    try:
+        nvml = Nvml()
+        index, handle = nvml.resolve(gpu)
+        info = nvml.info(index, handle)
+        budget = make_budget(info.total_mib, vram_limit, reserve)
+        if require_idle:
+            busy = check_idle(nvml, handle, idle_threshold)
+            if busy:
+                raise Fail(busy)
+    except (GpuError, BudgetError) as exc:
+        raise Fail(str(exc)) from None
+    return GpuContext(nvml, handle, info, budget)
+
+
+def _make_runtime(name: str, engines: list, device: str, gpu_uuid: str | None, run_id: str,
+                  memory_limit: int | None, data_dir: str | None, python: str | None):
+    from .runtimes.base import RuntimeUnavailable
+    from .runtimes.local import LocalRuntime
+
+    if name in ("auto", "docker"):
+        try:
+            from .runtimes import docker as dockerrt
+        except ImportError as exc:
+            if name == "docker":
+                raise Fail(f"--runtime docker needs the Docker SDK: pip install docker ({exc})") from None
+            dockerrt = None
+        if dockerrt is not None:
+            try:
+                rt = dockerrt.from_cli(engines=engines, device=device, gpu_uuid=gpu_uuid, run_id=run_id,
+                                       memory_limit_mib=memory_limit, data_dir=data_dir,
+                                       required=(name == "docker"))
+            except RuntimeUnavailable as exc:
+                raise Fail(str(exc)) from None
+            if rt is not None:
+                return rt
+    return LocalRuntime(gpu_uuid=gpu_uuid, python=python, memory_limit_mib=memory_limit)
+
+
+def _print_summary(console: Console, doc: dict[str, Any], final: Path | None) -> None:
+    rows = maxbatch_rows(doc)
+    t = Table(title=f"Max batch — {doc['configuration']['model']}, {doc['configuration']['dataset']}")
+    for col in ("Engine", "Precision", "Max batch", "Peak VRAM at max", "Next batch", "Result"):
+        t.add_column(col, justify="right" if col in ("Max batch", "Peak VRAM at max", "Next batch") else "left")
+    for r in rows:
+        label = ENGINES[r.engine].label if r.engine in ENGINES else r.engine
+        t.add_row(label, r.precision, f"{r.max_batch:,}" if r.max_batch else "—",
+                  f"{r.peak_mib:,.0f} MiB" if r.peak_mib is not None else "—",
+                  f"{r.next_batch:,}" if r.next_batch else "—", r.result)
+    console.print(t)
+    for line in ratios(rows):
+        console.print(line)
+    if final is not None:
+        console.print(f"artifact: {final}")
+
+
+def _exit_code(doc: dict[str, Any]) -> int:
+    ok = {"bounded_by_memory_failure", "censored_at_max_batch"}
+    return EXIT_OK if all(c.get("search_status") in ok for c in doc["results"]) else EXIT_INCOMPLETE
+
+
+@run_app.command("maxbatch")
+def maxbatch(
+    engines: str = typer.Option("pytorch-eager", help=f"Comma-separated: {', '.join(ENGINES)}."),
+    precision: Precision = typer.Option(Precision.fp32, help="fp32, bf16 or both."),
+    device: Device = typer.Option(Device.cuda, help="cuda (default) or cpu."),
+    gpu: Optional[str] = typer.Option(None, help="GPU index (NVML order) or UUID; default 0."),
+    vram_limit: Optional[int] = typer.Option(None, help="L in MiB (default: the card's total): emulate a smaller card."),
+    reserve: int = typer.Option(256, help="R in MiB; the budget is B = L − R."),
+    start_batch: int = typer.Option(128, help="First candidate."),
+    max_batch: int = typer.Option(DEFAULT_MAX_BATCH, help="Largest batch the search may try."),
+    timeout: Optional[float] = typer.Option(None, help=f"Seconds per candidate before the kit kills it (default {DEFAULT_TIMEOUT_S:.0f})."),
+    runtime: RuntimeName = typer.Option(RuntimeName.auto, help="auto: docker when the daemon answers and the image exists, else local."),
+    dataset: Dataset = typer.Option(Dataset.synthetic, help="synthetic or cifar10."),
+    data_dir: Optional[str] = typer.Option(None, help="CIFAR-10 folder (binary or python layout) or its parent."),
+    cudnn_benchmark: bool = typer.Option(False, "--cudnn-benchmark", help="Turn cuDNN autotuning on (changes memory use)."),
+    require_gpu_idle: bool = typer.Option(False, "--require-gpu-idle", help="Refuse to start when the GPU holds memory."),
+    idle_threshold: float = typer.Option(1024.0, help="MiB in use above which the GPU is not idle."),
+    memory_limit: Optional[int] = typer.Option(None, help="Host memory limit per candidate in MiB (--device cpu)."),
+    calibration_batch: int = typer.Option(16, help="Batch of the overhead-calibration candidate (GPU)."),
+    strategy: str = typer.Option("protocol", help=f"Search strategy: {', '.join(STRATEGIES)}."),
+    python: Optional[str] = typer.Option(None, help="Interpreter for the local runtime (default: this one)."),
+    results_dir: Path = typer.Option(Path("results"), help="Where artifacts are written."),
+    resume: Optional[Path] = typer.Option(None, help="Continue the run in this .partial.json."),
+) -> None:
+    """Largest training batch that completes one ResNet-50 step, per engine and precision."""
+    console = Console(highlight=False)
+    try:
+        if resume is not None:
+            store, doc = art.open_for_resume(resume)
+            cfg = doc["configuration"]
+            doc.setdefault("resumes", []).append({"argv": sys.argv, "utc": art.utc_iso()})
+            if timeout is not None:
+                cfg["timeout_s"] = timeout
+        else:
+            store, doc, cfg = None, None, None
+            cfg = _configuration(engines, precision.value, device.value, vram_limit, reserve, start_batch,
+                                 max_batch, timeout, runtime.value, dataset.value, data_dir, cudnn_benchmark,
+                                 memory_limit, calibration_batch, strategy, gpu)
+        plan_engines = parse_engines(",".join(cfg["engines"]))
+        for e in plan_engines:
+            why = e.refuse("maxbatch", cfg["device"])
+            if why:
+                raise Fail(why)
+        if cfg["dataset"] == "cifar10":
+            cfg["data_dir"] = str(resolve_cifar10(cfg["data_dir"]))
+
+        gpuctx = None
+        if cfg["device"] == "cuda":
+            want = cfg["gpu"] if doc is None else (doc["host"].get("gpu") or {}).get("uuid")
+            gpuctx = _open_gpu(want, cfg["vram_limit_mib"], cfg["reserve_mib"],
+                               require_gpu_idle, idle_threshold)
+        run_id = doc["run_id"] if doc else uuid.uuid4().hex[:12]
+        rt = _make_runtime(cfg["runtime"], plan_engines, cfg["device"], gpuctx.info.uuid if gpuctx else None,
+                           run_id, cfg["memory_limit_mib"], cfg.get("data_dir"), python)
+
+        if doc is None:
+            doc = _new_doc(run_id, cfg, gpuctx, rt, plan_engines)
+            store = ArtifactStore.create(results_dir, "maxbatch", cfg["model"], cfg["dataset"])
+        doc["runtime"] = {"name": rt.name, **{k: v for k, v in rt.describe(plan_engines[0].name).items()
+                                              if k != "runtime"}}
+        for e in plan_engines:
+            doc["engines"][e.name]["provenance"] = rt.describe(e.name)
+    except (Fail, EngineError, DataError, ArtifactError, BudgetError, ValueError) as exc:
+        err.print(f"kitctl: {exc}")
+        raise typer.Exit(EXIT_USAGE)
+
+    base = TrialRequest(engine="", mode="", benchmark="maxbatch", batch=1, precision="fp32",
+                        device=cfg["device"], model=cfg["model"], dataset=cfg["dataset"],
+                        data_dir=cfg.get("data_dir"), cudnn_benchmark=cfg["cudnn_benchmark"], seed=cfg["seed"])
+    watcher_factory = None
+    if gpuctx is not None:
+        from .sampler import NvmlSampler
+
+        def watcher_factory(budget_mib: float | None, _g=gpuctx):
+            return NvmlSampler(_g.nvml, _g.handle, budget_mib)
+
+    plan = RunPlan(engines=plan_engines, precisions=cfg["precisions"], base_request=base,
+                   search=SearchConfig(cfg["start_batch"], cfg["max_batch"]), strategy=cfg["strategy"],
+                   timeout_s=cfg["timeout_s"], budget=gpuctx.budget if gpuctx else None,
+                   calibration_batch=cfg["calibration_batch"], watcher_factory=watcher_factory)
+    from .view import make_view
+
+    view = make_view(console)
+    view.note(f"run {doc['run_id']}: partial artifact {store.partial}")
+    runner = Runner(plan, rt, store, doc, view)
+    try:
+        doc = runner.run()
+    except Interrupted as exc:
+        view.close()
+        err.print(f"kitctl: interrupted ({exc}); partial artifact kept: {store.partial} "
+                  f"(continue with --resume {store.partial})")
+        raise typer.Exit(EXIT_INTERRUPTED)
+    except ArtifactError as exc:
+        view.close()
+        err.print(f"kitctl: {exc}")
+        raise typer.Exit(EXIT_USAGE)
+    view.close()
+    final = store.finalize(doc)
+    _print_summary(console, doc, final)
+    raise typer.Exit(_exit_code(doc))
+
+
+def _configuration(engines: str, precision: str, device: str, vram_limit: int | None, reserve: int,
+                   start_batch: int, max_batch: int, timeout: float | None, runtime: str, dataset: str,
+                   data_dir: str | None, cudnn_benchmark: bool, memory_limit: int | None,
+                   calibration_batch: int, strategy: str, gpu: str | None) -> dict[str, Any]:
+    names = [e.name for e in parse_engines(engines)]
+    if start_batch <= 0:
+        raise Fail(f"--start-batch must be > 0 (got {start_batch})")
+    if max_batch <= 0:
+        raise Fail(f"--max-batch must be > 0 (got {max_batch})")
+    if max_batch < start_batch:
+        raise Fail(f"--max-batch {max_batch} is below --start-batch {start_batch}")
+    if calibration_batch <= 0:
+        raise Fail(f"--calibration-batch must be > 0 (got {calibration_batch})")
+    if timeout is not None and timeout <= 0:
+        raise Fail(f"--timeout must be > 0 (got {timeout})")
+    if strategy not in STRATEGIES:
+        raise Fail(f"unknown --strategy {strategy!r} (known: {', '.join(STRATEGIES)})")
+    if device == "cpu" and vram_limit is not None:
+        raise Fail("--vram-limit applies to --device cuda; on the CPU use --memory-limit")
+    if memory_limit is not None and memory_limit <= 0:
+        raise Fail(f"--memory-limit must be > 0 MiB (got {memory_limit})")
+    if device == "cuda" and memory_limit is not None:
+        raise Fail("--memory-limit applies to --device cpu; on a GPU use --vram-limit")
+    if dataset == "synthetic" and data_dir:
+        raise Fail("--data-dir is only read with --dataset cifar10")
+    return {
+        "engines": names, "precisions": ["fp32", "bf16"] if precision == "both" else [precision],
+        "device": device, "gpu": gpu, "vram_limit_mib": vram_limit, "reserve_mib": reserve,
+        "start_batch": start_batch, "max_batch": max_batch,
+        "timeout_s": DEFAULT_TIMEOUT_S if timeout is None else timeout, "runtime": runtime,
+        "model": "resnet50", "dataset": dataset, "data_dir": data_dir, "cudnn_benchmark": cudnn_benchmark,
+        "memory_limit_mib": memory_limit, "calibration_batch": calibration_batch, "strategy": strategy,
+        "seed": 0, "optimizer": "Adam lr 0.001", "loss": "cross-entropy",
+        "input": "32x32x3 (CIFAR-10 geometry), 10 classes",
+        "steps": "one warm-up step, one measured step",
+    }
+
+
+def _new_doc(run_id: str, cfg: dict[str, Any], gpuctx: GpuContext | None, rt: Any, engines: list) -> dict[str, Any]:
+    host = host_info()
+    if gpuctx is not None:
+        host["gpu"] = gpuctx.info.to_json()
+    now = art.utc_iso()
+    return {
+        "schema_version": art.SCHEMA_VERSION, "kind": "kitctl-artifact", "benchmark": "maxbatch",
+        "run_id": run_id, "state": "running", "created_utc": now, "updated_utc": now, "finished_utc": None,
+        "kit": kit_info(), "argv": sys.argv, "host": host, "runtime": {"name": rt.name},
+        "configuration": cfg, "budget": gpuctx.budget.to_json() if gpuctx else None,
+        "engines": {e.name: {"label": e.label, "mode": e.mode, "framework_cap": e.framework_cap,
+                             "provenance": {}, "versions": None} for e in engines},
+        "results": [],
+    }
+
+
+def _usage_error_types() -> tuple[type, ...]:
+    # Recent typer vendors its own click; older ones use click's. Catch both.
+    types = {c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError"}
+    types.add(click.exceptions.UsageError)
+    return tuple(types)
+
+
+def main() -> None:
+    """Console entry point: usage errors become one line, exit 2."""
+    try:
+        rc = app(standalone_mode=False)
+    except _usage_error_types() as exc:
+        if not exc.format_message():  # no_args_is_help: the help was the answer
+            sys.exit(EXIT_USAGE)
+        hint = f" (see: {exc.ctx.command_path} --help)" if getattr(exc, "ctx", None) else ""
+        err.print(f"kitctl: {exc.format_message()}{hint}")
+        sys.exit(EXIT_USAGE)
+    except (typer.Abort, click.exceptions.Abort, KeyboardInterrupt):
+        err.print("kitctl: aborted")
+        sys.exit(EXIT_INTERRUPTED)
+    sys.exit(rc if isinstance(rc, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,283 @@
+"""compose.yaml, read with PyYAML: the one source of image names, build contexts and build args.
+
+`docker compose build` reads the same file, so kitctl never repeats what it says. Only the
+parts kitctl needs are read: per service `image`, `build.{context,dockerfile,args}` and the
+`x-kitctl` extension (engines served, build variants such as CI's `cpu-ci`). `${VAR}`,
+`${VAR:-default}`, `${VAR-default}`, `${VAR:?message}`, `$VAR` and `$$` are interpolated from
+the environment as Compose does.
+
+Every problem is a `ComposeError` whose message is one line naming the file and the key.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+EXTENSION_KEY = "x-kitctl"
+
+
+class ComposeError(ValueError):
+    """compose.yaml is missing, malformed or lacks what kitctl needs (one line)."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A named set of build args merged over the service's, with its own image name."""
+
+    name: str
+    image: str | None
+    args: dict[str, str]
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    """Everything a build needs: `client.images.build(path=context, dockerfile=..., buildargs=args, tag=image)`."""
+
+    service: str
+    image: str
+    context: Path  # absolute
+    dockerfile: str  # relative to context, as the Docker API wants it
+    args: dict[str, str]
+
+    @property
+    def dockerfile_path(self) -> Path:
+        return (self.context / self.dockerfile).resolve()
+
+
+@dataclass(frozen=True)
+class Service:
+    name: str
+    image: str
+    context: Path  # absolute
+    dockerfile: str  # relative to context
+    args: dict[str, str]
+    engines: tuple[str, ...] = ()
+    variants: dict[str, Variant] = field(default_factory=dict)
+
+    @property
+    def dockerfile_path(self) -> Path:
+        return (self.context / self.dockerfile).resolve()
+
+
+@dataclass(frozen=True)
+class Compose:
+    path: Path
+    services: dict[str, Service]
+
+    def service(self, name: str) -> Service:
+        try:
+            return self.services[name]
+        except KeyError:
+            known = ", ".join(sorted(self.services)) or "none"
+            raise ComposeError(f"{self.path}: no service {name!r} (services: {known})") from None
+
+    def service_for_engine(self, engine: str) -> Service:
+        """The service holding an engine's image (engines.py's Engine.service)."""
+        from .engines import ENGINES
+
+        if engine not in ENGINES:
+            raise ComposeError(f"unknown engine {engine!r}")
+        return self.service(ENGINES[engine].service)
+
+    def _variant(self, svc: Service, variant: str | None) -> Variant | None:
+        if variant is None:
+            return None
+        try:
+            return svc.variants[variant]
+        except KeyError:
+            known = ", ".join(sorted(svc.variants)) or "none"
+            raise ComposeError(
+                f"{self.path}: service {svc.name!r} has no build variant {variant!r} "
+                f"(variants: {known})") from None
+
+    def image(self, service: str, variant: str | None = None) -> str:
+        svc = self.service(service)
+        v = self._variant(svc, variant)
+        return v.image if v is not None and v.image else svc.image
+
+    def build_args(self, service: str, overrides: Mapping[str, Any] | None = None,
+                   variant: str | None = None) -> dict[str, str]:
+        """The service's build args, then the variant's, then `overrides` (None drops a key)."""
+        svc = self.service(service)
+        args = dict(svc.args)
+        v = self._variant(svc, variant)
+        if v is not None:
+            args.update(v.args)
+        for k, val in (overrides or {}).items():
+            if val is None:
+                args.pop(k, None)
+            else:
+                args[str(k)] = _scalar(val)
+        return args
+
+    def build_spec(self, service: str, *, variant: str | None = None,
+                   overrides: Mapping[str, Any] | None = None, image: str | None = None) -> BuildSpec:
+        svc = self.service(service)
+        return BuildSpec(service=svc.name, image=image or self.image(service, variant),
+                         context=svc.context, dockerfile=svc.dockerfile,
+                         args=self.build_args(service, overrides, variant))
+
+
+def default_path() -> Path:
+    from .paths import kit_root
+
+    return kit_root() / "compose.yaml"
+
+
+def load_compose(path: str | os.PathLike[str] | None = None,
+                 env: Mapping[str, str] | None = None) -> Compose:
+    p = Path(path) if path is not None else default_path()
+    p = p.resolve()
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ComposeError(f"{p}: no such file (compose.yaml names the engine images)") from None
+    except OSError as exc:
+        raise ComposeError(f"{p}: cannot read it ({exc.strerror or exc})") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ComposeError(f"{p}: not valid YAML{where}: {problem}") from None
+    if not isinstance(doc, dict):
+        raise ComposeError(f"{p}: the top level must be a mapping with a 'services' key")
+    doc = _interpolate(doc, os.environ if env is None else env, p, "")
+    services = doc.get("services")
+    if not isinstance(services, dict) or not services:
+        raise ComposeError(f"{p}: 'services' must be a non-empty mapping")
+    out: dict[str, Service] = {}
+    for name, spec in services.items():
+        out[str(name)] = _service(p, str(name), spec)
+    return Compose(path=p, services=out)
+
+
+# ---- parsing ---------------------------------------------------------------------------------
+
+def _scalar(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if v is None:
+        return ""
+    return str(v)
+
+
+def _args(p: Path, where: str, raw: Any) -> dict[str, str]:
+    if raw is None:
+        return {}
+    if isinstance(raw, dict):
+        out = {}
+        for k, v in raw.items():
+            if isinstance(v, (dict, list)):
+                raise ComposeError(f"{p}: {where}.{k} must be a scalar")
+            out[str(k)] = _scalar(v)
+        return out
+    if isinstance(raw, list):
+        out = {}
+        for item in raw:
+            if not isinstance(item, str):
+                raise ComposeError(f"{p}: {where} entries must be strings KEY=value")
+            k, sep, v = item.partition("=")
+            if not sep:
+                # Compose takes a bare KEY from the environment; kitctl wants it explicit.
+                v = os.environ.get(k, "")
+            out[k] = v
+        return out
+    raise ComposeError(f"{p}: {where} must be a mapping or a list of KEY=value")
+
+
+def _service(p: Path, name: str, spec: Any) -> Service:
+    where = f"services.{name}"
+    if not isinstance(spec, dict):
+        raise ComposeError(f"{p}: {where} must be a mapping")
+    image = spec.get("image")
+    if not isinstance(image, str) or not image.strip():
+        raise ComposeError(f"{p}: {where}.image is missing (kitctl names every engine image there)")
+    build = spec.get("build")
+    if isinstance(build, str):
+        build = {"context": build}
+    if not isinstance(build, dict):
+        raise ComposeError(f"{p}: {where}.build must be a mapping with context and dockerfile")
+    ctx = build.get("context", ".")
+    if not isinstance(ctx, str) or not ctx:
+        raise ComposeError(f"{p}: {where}.build.context must be a path")
+    context = (p.parent / ctx).resolve()
+    if not context.is_dir():
+        raise ComposeError(f"{p}: {where}.build.context {ctx!r} is not a directory ({context})")
+    dockerfile = build.get("dockerfile", "Dockerfile")
+    if not isinstance(dockerfile, str) or not dockerfile:
+        raise ComposeError(f"{p}: {where}.build.dockerfile must be a path")
+    args = _args(p, f"{where}.build.args", build.get("args"))
+
+    ext = spec.get(EXTENSION_KEY) or {}
+    if not isinstance(ext, dict):
+        raise ComposeError(f"{p}: {where}.{EXTENSION_KEY} must be a mapping")
+    engines = ext.get("engines") or []
+    if not isinstance(engines, list) or not all(isinstance(e, str) for e in engines):
+        raise ComposeError(f"{p}: {where}.{EXTENSION_KEY}.engines must be a list of engine names")
+    variants: dict[str, Variant] = {}
+    raw_variants = ext.get("variants") or {}
+    if not isinstance(raw_variants, dict):
+        raise ComposeError(f"{p}: {where}.{EXTENSION_KEY}.variants must be a mapping")
+    for vname, vspec in raw_variants.items():
+        vwhere = f"{where}.{EXTENSION_KEY}.variants.{vname}"
+        if not isinstance(vspec, dict):
+            raise ComposeError(f"{p}: {vwhere} must be a mapping with image and args")
+        vimage = vspec.get("image")
+        if vimage is not None and (not isinstance(vimage, str) or not vimage.strip()):
+            raise ComposeError(f"{p}: {vwhere}.image must be an image name")
+        variants[str(vname)] = Variant(str(vname), vimage, _args(p, f"{vwhere}.args", vspec.get("args")))
+    return Service(name=name, image=image.strip(), context=context, dockerfile=dockerfile,
+                   args=args, engines=tuple(engines), variants=variants)
+
+
+# ---- interpolation (Compose's rules, the subset compose files use) ----------------------------
+
+_VAR = re.compile(r"""
+    \$(?:
+        (?P<escaped>\$) |
+        \{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\} |
+        (?P<named>[A-Za-z_][A-Za-z0-9_]*) |
+        (?P<invalid>)
+    )""", re.VERBOSE)
+
+
+def interpolate(value: str, env: Mapping[str, str], *, where: str = "") -> str:
+    def sub(m: re.Match[str]) -> str:
+        if m.group("escaped") is not None:
+            return "$"
+        name = m.group("braced") or m.group("named")
+        if name is None:
+            raise ValueError(f"invalid interpolation in {value!r}{' at ' + where if where else ''}")
+        val = env.get(name)
+        op = m.group("op")
+        if op is None:
+            return val or ""
+        arg = m.group("arg") or ""
+        unset = val is None or (op.startswith(":") and val == "")
+        if op.endswith("-"):
+            return arg if unset else val  # type: ignore[return-value]
+        if unset:  # ?-forms: required
+            raise ValueError(f"{name} is required{': ' + arg if arg else ''}")
+        return val  # type: ignore[return-value]
+
+    return _VAR.sub(sub, value)
+
+
+def _interpolate(node: Any, env: Mapping[str, str], p: Path, where: str) -> Any:
+    if isinstance(node, str):
+        try:
+            return interpolate(node, env, where=where)
+        except ValueError as exc:
+            raise ComposeError(f"{p}: {where or 'value'}: {exc}") from None
+    if isinstance(node, dict):
+        return {k: _interpolate(v, env, p, f"{where}.{k}" if where else str(k)) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_interpolate(v, env, p, f"{where}[{i}]") for i, v in enumerate(node)]
+    return node

@@ -1,0 +1,69 @@
+"""The engines (`--engines` names) and what each can run: DESIGN.md's engine table."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Engine:
+    name: str
+    label: str  # as the reference report names it
+    family: str  # groups engines for "X best" ratios, e.g. "PyTorch"
+    trial: str  # folder under trials/
+    service: str  # compose.yaml service holding its image
+    mode: str  # value of the trial's --mode
+    benchmarks: frozenset[str]
+    devices: frozenset[str]
+    framework_cap: str  # how the framework is told its budget (artifact records it)
+
+    def refuse(self, benchmark: str, device: str) -> str | None:
+        """One line saying why this engine cannot run, or None."""
+        if benchmark not in self.benchmarks:
+            return f"engine {self.name} does not run the {benchmark} benchmark"
+        if device not in self.devices:
+            return f"engine {self.name} cannot run on --device {device}"
+        return None
+
+
+_BOTH = frozenset({"maxbatch", "throughput"})
+_TORCH_CAP = "torch.cuda.set_per_process_memory_fraction"
+
+ENGINES: dict[str, Engine] = {
+    e.name: e
+    for e in (
+        Engine("pytorch-eager", "PyTorch eager", "PyTorch", "pytorch", "pytorch", "eager",
+               _BOTH, frozenset({"cuda", "cpu"}), _TORCH_CAP),
+        Engine("pytorch-compile", "PyTorch torch.compile", "PyTorch", "pytorch", "pytorch", "compile",
+               _BOTH, frozenset({"cuda", "cpu"}), _TORCH_CAP),
+        Engine("pytorch-cudagraph", "PyTorch CUDA graph", "PyTorch", "pytorch", "pytorch", "cudagraph",
+               _BOTH, frozenset({"cuda"}), _TORCH_CAP),
+        Engine("tensorflow-xla", "TensorFlow XLA", "TensorFlow", "tensorflow", "tensorflow", "xla",
+               _BOTH, frozenset({"cuda", "cpu"}), "tf logical device memory_limit"),
+        Engine("opennn-pool1", "OpenNN (batch pool 1)", "OpenNN", "opennn", "opennn", "pool1",
+               _BOTH, frozenset({"cuda", "cpu"}), "none (host gate only)"),
+        Engine("opennn-default", "OpenNN (default pool)", "OpenNN", "opennn", "opennn", "default",
+               _BOTH, frozenset({"cuda", "cpu"}), "none (host gate only)"),
+    )
+}
+
+# Engines whose trial exists in this tree; the others are named but refused in one line.
+IMPLEMENTED = frozenset({"pytorch-eager", "pytorch-compile", "pytorch-cudagraph"})
+
+
+class EngineError(ValueError):
+    pass
+
+
+def parse_engines(spec: str) -> list[Engine]:
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    if not names:
+        raise EngineError("--engines is empty")
+    out: list[Engine] = []
+    for n in names:
+        if n not in ENGINES:
+            raise EngineError(f"unknown engine {n!r} (known: {', '.join(ENGINES)})")
+        if n not in IMPLEMENTED:
+            raise EngineError(f"engine {n} is not available in this version of kitctl yet")
+        if ENGINES[n] not in out:
+            out.append(ENGINES[n])
+    return out

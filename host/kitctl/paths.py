@@ -1,0 +1,33 @@
+"""Where the kit's own files are: the repo root holding trials/, compose.yaml and the schema.
+
+kitctl is installed editable from its checkout (README), so the root is found from this
+file; KITCTL_HOME overrides it for unusual layouts.
+"""
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+
+from .engines import ENGINES
+
+
+@lru_cache(maxsize=1)
+def kit_root() -> Path:
+    env = os.environ.get("KITCTL_HOME")
+    if env:
+        return Path(env).resolve()
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        if (parent / "trials").is_dir() and (parent / "compose.yaml").is_file():
+            return parent
+    # Fall back to the checkout layout host/kitctl/paths.py -> repo root.
+    return here.parents[2]
+
+
+def trial_script(engine: str) -> Path:
+    return kit_root() / "trials" / ENGINES[engine].trial / "trial.py"
+
+
+def schema_path() -> Path:
+    return Path(__file__).resolve().parent / "schema" / "artifact.schema.json"

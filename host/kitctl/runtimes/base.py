@@ -1,0 +1,162 @@
+"""The runtime interface: start one candidate, watch it, turn what happened into a TrialOutcome.
+
+Two implementations (DESIGN.md, "Runtimes"): `local` (a fresh subprocess) and `docker`
+(a fresh container). Classification lives here, once, so both say the same thing.
+"""
+from __future__ import annotations
+
+import abc
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..outcome import KilledBy, MemoryPeaks, Status, TRIAL_STATUSES, TrialOutcome
+from ..protocol import ResultParseError, TrialRequest, parse_result
+
+STDERR_TAIL_CHARS = 4000
+
+
+class RuntimeUnavailable(RuntimeError):
+    """The runtime cannot start candidates on this host (one line for the user, exit 2)."""
+
+
+class CandidateHandle(Protocol):
+    """What a watcher may do with a running candidate."""
+
+    def pids(self) -> set[int]:
+        """Host PIDs of the candidate (process group or container)."""
+
+    def kill(self, reason: KilledBy) -> None:
+        """Kill the whole candidate now and remember who did it."""
+
+
+class Watcher(Protocol):
+    """Observes one candidate while it runs: the NVML sampler on a GPU, nothing on a CPU.
+
+    `start` is called right after the candidate starts (the idle baseline has been taken
+    before, in `prepare`); `stop` after it ended, returning the peaks it saw.
+    """
+
+    def prepare(self) -> None: ...
+
+    def start(self, handle: CandidateHandle) -> None: ...
+
+    def stop(self) -> MemoryPeaks: ...
+
+    @property
+    def over_budget(self) -> bool: ...
+
+
+@dataclass
+class RawRun:
+    """What a runtime observed, before classification."""
+
+    stdout: str
+    stderr: str
+    exit_code: int | None
+    signal: int | None
+    killed_by: KilledBy
+    elapsed_s: float
+    container_id: str | None = None
+    host_rss_mib: float | None = None
+
+
+class Runtime(abc.ABC):
+    name: str = ""
+
+    @abc.abstractmethod
+    def run(self, request: TrialRequest, *, timeout_s: float, watcher: Watcher | None = None) -> TrialOutcome:
+        ...
+
+    def describe(self, engine: str) -> dict[str, Any]:
+        """Provenance for the artifact: image id/digest, or interpreter and versions."""
+        return {"runtime": self.name}
+
+    def close(self) -> None:
+        pass
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def tail(text: str, n: int = STDERR_TAIL_CHARS) -> str:
+    return text[-n:]
+
+
+def classify(request: TrialRequest, raw: RawRun, peaks: MemoryPeaks, *, over_budget: bool,
+             runtime: str) -> TrialOutcome:
+    """One rule for every runtime (DESIGN.md "Outcome statuses" and "The VRAM rule").
+
+    Order matters: the kit's own kills first (so they are never read as OOM-kills or
+    crashes), then the kernel's OOM-kill, then what the trial said about itself.
+    """
+    out = TrialOutcome(batch=request.batch, status=Status.CRASH, killed_by=raw.killed_by,
+                       exit_code=raw.exit_code, signal=raw.signal, elapsed_s=raw.elapsed_s,
+                       stderr_tail=tail(raw.stderr), peaks=peaks, runtime=runtime,
+                       container_id=raw.container_id)
+    if raw.host_rss_mib is not None:
+        peaks.host_rss_mib = raw.host_rss_mib
+    try:
+        out.result = parse_result(raw.stdout)
+    except ResultParseError as exc:
+        out.error = str(exc)
+    if out.result is not None:
+        fw = out.result.get("framework_peak_mib")
+        peaks.framework_mib = fw if _finite(fw) else None
+
+    if raw.killed_by is KilledBy.KIT_VRAM_GATE:
+        out.status = Status.VRAM_CAP_EXCEEDED
+        out.error = f"device delta went over the budget; killed by the kit"
+        return out
+    if raw.killed_by is KilledBy.KIT_DEADLINE:
+        out.status = Status.TIMEOUT
+        out.error = f"deadline of {request_timeout_text(raw)} passed; killed by the kit"
+        return out
+    if raw.killed_by is KilledBy.KERNEL_OOM:
+        out.status = Status.HOST_OOM_KILLED
+        out.error = "the container's memory limit was hit (kernel OOM-kill)"
+        return out
+    if out.result is None:
+        how = f"signal {raw.signal}" if raw.signal else f"exit code {raw.exit_code}"
+        out.error = f"{out.error} ({how})"
+        return out  # crash
+
+    reported = out.result.get("status")
+    try:
+        status = Status(reported)
+    except ValueError:
+        status = None
+    if status not in TRIAL_STATUSES:
+        out.error = f"trial reported an unknown status {reported!r}"
+        return out  # crash: the trial broke the protocol
+    out.status = status
+    out.error = out.result.get("error") or out.error
+    if status is Status.OK:
+        if raw.exit_code != 0:
+            out.status = Status.CRASH
+            out.error = f"trial said ok but exited with code {raw.exit_code}"
+        elif not (_finite(out.result.get("loss_warmup")) and _finite(out.result.get("loss_final"))):
+            out.status = Status.NONFINITE
+            out.error = "a loss is not finite"
+        elif over_budget:
+            # The sampler saw the delta over B after the fact (the kill came too late).
+            out.status = Status.VRAM_CAP_EXCEEDED
+            out.error = "device delta went over the budget"
+    return out
+
+
+def request_timeout_text(raw: RawRun) -> str:
+    return f"{raw.elapsed_s:.0f} s"
+
+
+class Stopwatch:
+    """Monotonic elapsed seconds; explicit so deadlines are not scattered sleeps."""
+
+    def __init__(self) -> None:
+        self.t0 = time.monotonic()
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0

@@ -1,0 +1,540 @@
+"""The Docker runtime: each candidate is a fresh container of the engine's image (DESIGN.md "Runtimes").
+
+Through the Docker SDK for Python (never the docker CLI). Per candidate:
+
+* create a container of the engine image with the trial's protocol flags as its command,
+  labels `kit.run-id`, `kit.owner-pid`, `kit.owner-start`, `kit.host`, `kit.engine`,
+  `kit.batch`, `kit.precision`; networking off; the dataset bind-mounted read-only at /data;
+  every capability dropped and no-new-privileges; a RAM limit without swap when asked
+  (`--memory-limit`, the memory budget of `--device cpu`); on `--device cuda` the GPU attached
+  by a `DeviceRequest` naming its UUID;
+* start it; the watcher (NVML sampler) sees the container's host PIDs through `top()` and may
+  kill it; the kit's own deadline kills it (the SDK's wait timeout is only a read timeout);
+* read stdout and stderr separately, then inspect `State.OOMKilled`, before removing it;
+* classify with the one rule every runtime shares (`base.classify`); remove it in `finally`.
+
+The kit records its own kills, so a container it killed (exit 137) is never read as an
+OOM-kill. Orphans (kit containers whose owner process is gone) are swept by `sweep_orphans`.
+"""
+from __future__ import annotations
+
+import os
+import re
+import socket
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..outcome import KilledBy, MemoryPeaks, TrialOutcome
+from ..protocol import TrialRequest
+from .base import RawRun, Runtime, RuntimeUnavailable, Stopwatch, Watcher, classify
+
+try:  # the SDK is a dependency of kitctl, but `--runtime local` must work without it
+    import docker
+    import docker.errors
+    import docker.types
+    import requests.exceptions
+except ImportError:  # pragma: no cover - exercised only on hosts without the SDK
+    docker = None  # type: ignore[assignment]
+
+# Labels every kit container carries (DESIGN.md "Artifact").
+LABEL_RUN_ID = "kit.run-id"
+LABEL_OWNER_PID = "kit.owner-pid"
+LABEL_OWNER_START = "kit.owner-start"  # the owner's start time: a reused PID is not the owner
+LABEL_HOST = "kit.host"
+LABEL_ENGINE = "kit.engine"
+LABEL_BATCH = "kit.batch"
+LABEL_PRECISION = "kit.precision"
+
+DATA_MOUNT = "/data"
+DEFAULT_SHM = "1g"  # torch's DataLoader/shared tensors outgrow Docker's 64 MiB /dev/shm
+KILL_WAIT_S = 30.0  # how long to wait for a killed container to be reported exited
+
+NO_NVIDIA_RUNTIME = (
+    "the Docker daemon has no NVIDIA runtime: install the NVIDIA Container Toolkit (nvidia-ctk) "
+    "and restart Docker, or use --runtime local / --device cpu"
+)
+_NO_DRIVER_MARKERS = ("could not select device driver", "nvidia-container-cli", "unknown or invalid runtime name: nvidia")
+
+ImageSpec = str | Mapping[str, str] | Callable[[str], str]
+
+
+# ---- the daemon ------------------------------------------------------------------------------
+
+def _require_sdk() -> None:
+    if docker is None:
+        raise RuntimeUnavailable("the Docker SDK for Python is not installed (pip install docker), "
+                                 "or use --runtime local")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = getattr(exc, "explanation", None) or str(exc) or type(exc).__name__
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    return " ".join(str(text).split())
+
+
+def _daemon_down(exc: BaseException) -> RuntimeUnavailable:
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    return RuntimeUnavailable(
+        f"the Docker daemon does not answer at {host} ({_short(exc)}): start it "
+        f"(e.g. sudo systemctl start docker) or use --runtime local")
+
+
+def _short(exc: BaseException, limit: int = 160) -> str:
+    text = _one_line(exc)
+    # requests' connection errors nest the useful part at the end.
+    m = re.search(r"(Connection refused|No such file or directory|Permission denied|timed out)", text)
+    if m:
+        return m.group(1)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def docker_client(timeout: float = 60.0) -> Any:
+    """A client for the daemon in the environment (DOCKER_HOST…); RuntimeUnavailable if it does not answer."""
+    _require_sdk()
+    try:
+        client = docker.from_env(timeout=int(timeout))
+        client.ping()
+    except Exception as exc:  # DockerException, requests errors, OSError
+        raise _daemon_down(exc) from None
+    return client
+
+
+def daemon_available(client: Any = None) -> bool:
+    """Does a Docker daemon answer? (`--runtime auto`, `kitctl doctor`)."""
+    if docker is None:
+        return False
+    try:
+        if client is None:
+            client = docker.from_env(timeout=5)
+        return bool(client.ping())
+    except Exception:
+        return False
+
+
+def image_exists(image: str, client: Any = None) -> bool:
+    """Is the image present in the daemon's store? False when no daemon answers."""
+    if docker is None:
+        return False
+    try:
+        if client is None:
+            client = docker.from_env(timeout=10)
+        client.images.get(image)
+        return True
+    except Exception:
+        return False
+
+
+def image_provenance(client: Any, image: str) -> dict[str, Any]:
+    """What the artifact records about an engine image: id, repo digests, labels, created."""
+    try:
+        img = client.images.get(image)
+    except docker.errors.ImageNotFound:
+        raise RuntimeUnavailable(f"image {image} is not present: build it with `kitctl images build` "
+                                 f"or `docker compose build`") from None
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        raise _daemon_down(exc) from None
+    attrs = img.attrs or {}
+    labels = dict((attrs.get("Config") or {}).get("Labels") or {})
+    return {
+        "image": image,
+        "id": img.id,
+        "repo_digests": list(attrs.get("RepoDigests") or []),
+        "repo_tags": list(attrs.get("RepoTags") or []),
+        "created": attrs.get("Created"),
+        "size_bytes": attrs.get("Size"),
+        "architecture": attrs.get("Architecture"),
+        "labels": labels,
+        "framework_version": labels.get("kit.framework.version"),
+        "cuda_version": labels.get("kit.cuda.version"),
+        "trial_protocol": labels.get("kit.trial-protocol"),
+    }
+
+
+# ---- owners and orphans ----------------------------------------------------------------------
+
+def _process_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return fields[19].decode()
+    except (OSError, IndexError):
+        return None
+
+
+def _pid_alive(pid: int, start: str | None = None) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, owned by someone else
+    if start:
+        now = _process_start(pid)
+        if now is not None and now != start:
+            return False  # the PID was reused by another process
+    return True
+
+
+def _hostname() -> str:
+    return socket.gethostname()
+
+
+def owner_labels() -> dict[str, str]:
+    pid = os.getpid()
+    labels = {LABEL_OWNER_PID: str(pid), LABEL_HOST: _hostname()}
+    start = _process_start(pid)
+    if start:
+        labels[LABEL_OWNER_START] = start
+    return labels
+
+
+def _remove(container: Any) -> bool:
+    try:
+        container.remove(force=True, v=True)
+        return True
+    except docker.errors.NotFound:
+        return False
+    except docker.errors.APIError as exc:
+        if exc.status_code == 409 and "already in progress" in _one_line(exc):
+            return True
+        raise
+
+
+def _describe(container: Any) -> str:
+    name = getattr(container, "name", None) or ""
+    return f"{name} ({container.short_id})" if name else container.short_id
+
+
+def sweep_orphans(client: Any) -> list[str]:
+    """Remove kit containers of this host whose owner process is gone; return what was removed.
+
+    Containers of other hosts (a shared daemon) are left alone: their owners cannot be checked here.
+    """
+    removed: list[str] = []
+    me = _hostname()
+    for c in client.containers.list(all=True, filters={"label": LABEL_OWNER_PID}):
+        labels = c.labels or {}
+        if labels.get(LABEL_HOST) != me:
+            continue
+        try:
+            pid = int(labels.get(LABEL_OWNER_PID, ""))
+        except ValueError:
+            pid = -1
+        if _pid_alive(pid, labels.get(LABEL_OWNER_START)):
+            continue
+        if _remove(c):
+            removed.append(_describe(c))
+    return removed
+
+
+def remove_run_containers(client: Any, run_id: str) -> list[str]:
+    """Remove every container of one run (SIGINT/SIGTERM cleanup); return what was removed."""
+    removed: list[str] = []
+    for c in client.containers.list(all=True, filters={"label": f"{LABEL_RUN_ID}={run_id}"}):
+        if _remove(c):
+            removed.append(_describe(c))
+    return removed
+
+
+# ---- one running candidate -------------------------------------------------------------------
+
+class _ContainerHandle:
+    """What a watcher may do with a running container: see its host PIDs, kill it."""
+
+    def __init__(self, container: Any) -> None:
+        self.container = container
+        self.killed_by = KilledBy.NONE
+        self._lock = threading.Lock()
+
+    def pids(self) -> set[int]:
+        try:
+            top = self.container.top(ps_args="-eo pid")
+            titles = top.get("Titles") or []
+            col = titles.index("PID") if "PID" in titles else 0
+            return {int(row[col]) for row in top.get("Processes") or [] if str(row[col]).isdigit()}
+        except Exception:
+            pass
+        pids = _cgroup_pids(self.container.id)
+        if pids:
+            return pids
+        try:
+            self.container.reload()
+            pid = int(self.container.attrs["State"]["Pid"])
+            return {pid} if pid > 0 else set()
+        except Exception:
+            return set()
+
+    def kill(self, reason: KilledBy) -> None:
+        with self._lock:
+            if self.killed_by is KilledBy.NONE:
+                self.killed_by = reason
+        try:
+            self.container.kill()  # SIGKILL
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:  # 409: not running (already exited)
+                raise
+
+
+def _cgroup_pids(container_id: str) -> set[int]:
+    """Fallback when `top()` fails (no ps on the daemon host): the container's cgroup."""
+    candidates = [
+        f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope/cgroup.procs",  # v2, systemd
+        f"/sys/fs/cgroup/docker/{container_id}/cgroup.procs",  # v2, cgroupfs
+        f"/sys/fs/cgroup/pids/docker/{container_id}/cgroup.procs",  # v1, cgroupfs
+        f"/sys/fs/cgroup/pids/system.slice/docker-{container_id}.scope/cgroup.procs",  # v1, systemd
+    ]
+    for path in candidates:
+        try:
+            return {int(x) for x in Path(path).read_text().split()}
+        except (OSError, ValueError):
+            continue
+    return set()
+
+
+def _decode(b: bytes | str | None) -> str:
+    if b is None:
+        return ""
+    return b if isinstance(b, str) else b.decode("utf-8", "replace")
+
+
+def _container_name(run_id: str, request: TrialRequest) -> str:
+    run = re.sub(r"[^a-zA-Z0-9_.-]", "-", run_id)[:40] or "run"
+    return f"kit-{run}-{request.engine}-{request.precision}-b{request.batch}-{uuid.uuid4().hex[:6]}"
+
+
+class DockerRuntime(Runtime):
+    name = "docker"
+
+    def __init__(self, image: ImageSpec, *, run_id: str, device: str = "cuda",
+                 gpu_uuid: str | None = None, memory_limit_mib: int | None = None,
+                 data_dir: str | None = None, client: Any = None,
+                 env: Mapping[str, str] | None = None, shm_size: str = DEFAULT_SHM) -> None:
+        if device not in ("cuda", "cpu"):
+            raise ValueError(f"device must be cuda or cpu, not {device!r}")
+        self._image = image
+        self.run_id = run_id
+        self.device = device
+        self.gpu_uuid = gpu_uuid
+        self.memory_limit_mib = memory_limit_mib
+        self.data_dir = str(Path(data_dir).resolve()) if data_dir else None
+        self.extra_env = dict(env or {})
+        self.shm_size = shm_size
+        self._own_client = client is None
+        self.client = client if client is not None else docker_client()
+        self.current: _ContainerHandle | None = None  # for interrupt cleanup
+
+    # -- configuration --------------------------------------------------------------------------
+
+    def image_for(self, engine: str) -> str:
+        spec = self._image
+        if callable(spec):
+            return spec(engine)
+        if isinstance(spec, Mapping):
+            try:
+                return spec[engine]
+            except KeyError:
+                raise RuntimeUnavailable(f"no image configured for engine {engine}") from None
+        return spec
+
+    def labels(self, request: TrialRequest) -> dict[str, str]:
+        return {
+            LABEL_RUN_ID: self.run_id,
+            **owner_labels(),
+            LABEL_ENGINE: request.engine,
+            LABEL_BATCH: str(request.batch),
+            LABEL_PRECISION: request.precision,
+        }
+
+    def create_kwargs(self, request: TrialRequest) -> dict[str, Any]:
+        """Everything `containers.create` gets for one candidate (tests inspect it)."""
+        data_src = self.data_dir or (str(Path(request.data_dir).resolve()) if request.data_dir else None)
+        env = {"PYTHONUNBUFFERED": "1"}
+        if request.device == "cpu":
+            env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU candidate never touches a GPU
+        env.update(self.extra_env)
+        kw: dict[str, Any] = dict(
+            image=self.image_for(request.engine),
+            command=request.argv(data_dir=DATA_MOUNT if data_src else None),
+            name=_container_name(self.run_id, request),
+            labels=self.labels(request),
+            environment=env,
+            network_disabled=True,
+            network_mode="none",
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            shm_size=self.shm_size,
+            stdin_open=False,
+            tty=False,
+            detach=True,
+        )
+        if data_src:
+            kw["volumes"] = {data_src: {"bind": DATA_MOUNT, "mode": "ro"}}
+        if self.memory_limit_mib is not None:
+            limit = f"{int(self.memory_limit_mib)}m"
+            kw["mem_limit"] = limit
+            kw["memswap_limit"] = limit  # equal: no swap, the limit is the limit
+        if request.device == "cuda" and self.device == "cuda":
+            if self.gpu_uuid:
+                req = docker.types.DeviceRequest(device_ids=[self.gpu_uuid], capabilities=[["gpu"]])
+            else:
+                req = docker.types.DeviceRequest(count=1, capabilities=[["gpu"]])
+            kw["device_requests"] = [req]
+        return kw
+
+    # -- one candidate --------------------------------------------------------------------------
+
+    def _create(self, request: TrialRequest) -> Any:
+        kw = self.create_kwargs(request)
+        try:
+            return self.client.containers.create(**kw)
+        except docker.errors.ImageNotFound:
+            raise RuntimeUnavailable(
+                f"image {kw['image']} is not present: build it with `kitctl images build {request.engine}` "
+                f"(or `docker compose build`)") from None
+        except docker.errors.APIError as exc:
+            raise RuntimeUnavailable(f"the Docker daemon refused to create the container: {_short(exc, 300)}") from None
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise _daemon_down(exc) from None
+
+    def _start(self, container: Any) -> None:
+        try:
+            container.start()
+        except docker.errors.APIError as exc:
+            text = _one_line(exc)
+            if any(m in text for m in _NO_DRIVER_MARKERS):
+                raise RuntimeUnavailable(NO_NVIDIA_RUNTIME) from None
+            raise RuntimeUnavailable(f"the Docker daemon could not start the container: {_short(exc, 300)}") from None
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise _daemon_down(exc) from None
+
+    def _wait(self, handle: _ContainerHandle, clock: Stopwatch, timeout_s: float) -> None:
+        """Wait for the container to exit; at the kit's deadline kill it (KIT_DEADLINE)."""
+        container = handle.container
+        while True:
+            remaining = timeout_s - clock.elapsed
+            if remaining <= 0:
+                handle.kill(KilledBy.KIT_DEADLINE)
+                break
+            try:
+                # The SDK's timeout is only the HTTP read timeout: a timeout kills nothing.
+                container.wait(timeout=max(remaining, 0.05))
+                return
+            except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError) as exc:
+                if clock.elapsed < timeout_s - 0.05 and not _is_read_timeout(exc):
+                    raise _daemon_down(exc) from None
+                # a read timeout: loop, and the deadline check above kills it
+        try:
+            container.wait(timeout=KILL_WAIT_S)
+        except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError) as exc:
+            raise RuntimeUnavailable(f"the container did not exit {KILL_WAIT_S:.0f} s after SIGKILL "
+                                     f"({_short(exc)})") from None
+
+    def run(self, request: TrialRequest, *, timeout_s: float, watcher: Watcher | None = None) -> TrialOutcome:
+        container = self._create(request)
+        handle = _ContainerHandle(container)
+        self.current = handle
+        peaks: MemoryPeaks | None = None
+        watcher_started = False
+        try:
+            if watcher is not None:
+                watcher.prepare()
+            clock = Stopwatch()
+            self._start(container)
+            if watcher is not None:
+                watcher.start(handle)
+                watcher_started = True
+            try:
+                self._wait(handle, clock, timeout_s)
+            except BaseException:  # KeyboardInterrupt, SystemExit, a daemon gone mid-run
+                handle.kill(KilledBy.KIT_INTERRUPT)
+                raise
+            elapsed = clock.elapsed
+            if watcher is not None:
+                peaks = watcher.stop()
+                watcher_started = False
+            # Read everything BEFORE removal: separate streams, then the final state.
+            stdout = _decode(container.logs(stdout=True, stderr=False))
+            stderr = _decode(container.logs(stdout=False, stderr=True))
+            container.reload()
+            state = container.attrs.get("State") or {}
+        except docker.errors.NotFound:
+            raise RuntimeUnavailable(f"container {container.short_id} vanished while it ran "
+                                     f"(removed by someone else?)") from None
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise _daemon_down(exc) from None
+        finally:
+            if watcher_started:
+                try:
+                    watcher.stop()  # type: ignore[union-attr]
+                except Exception:
+                    pass
+            self.current = None
+            try:
+                _remove(container)
+            except Exception:
+                pass  # swept as an orphan later; never mask the real outcome/exception
+
+        exit_code = state.get("ExitCode")
+        killed_by = handle.killed_by
+        sig = None
+        if killed_by is KilledBy.NONE and state.get("OOMKilled"):
+            killed_by = KilledBy.KERNEL_OOM
+        if isinstance(exit_code, int) and exit_code > 128:
+            # Docker reports 128+N when the trial (PID 1) died of signal N; 137 is SIGKILL. With
+            # no kill of the kit's and no OOM-kill, someone else sent it.
+            sig = exit_code - 128
+            if killed_by is KilledBy.NONE:
+                killed_by = KilledBy.SIGNAL
+        raw = RawRun(stdout=stdout, stderr=stderr, exit_code=exit_code, signal=sig,
+                     killed_by=killed_by, elapsed_s=elapsed, container_id=container.id)
+        return classify(request, raw, peaks or MemoryPeaks(),
+                        over_budget=bool(watcher is not None and watcher.over_budget), runtime=self.name)
+
+    # -- the rest of the interface --------------------------------------------------------------
+
+    def interrupt(self) -> None:
+        """Kill the running candidate (SIGINT/SIGTERM); `run` then removes it and re-raises."""
+        handle = self.current
+        if handle is not None:
+            try:
+                handle.kill(KilledBy.KIT_INTERRUPT)
+            except Exception:
+                pass
+
+    def cleanup(self) -> list[str]:
+        """Remove every container of this run (after an interrupt)."""
+        return remove_run_containers(self.client, self.run_id)
+
+    def describe(self, engine: str) -> dict[str, Any]:
+        out: dict[str, Any] = {"runtime": self.name, **image_provenance(self.client, self.image_for(engine))}
+        try:
+            out["docker_version"] = self.client.version().get("Version")
+        except Exception:
+            out["docker_version"] = None
+        out["device"] = self.device
+        out["gpu_uuid"] = self.gpu_uuid if self.device == "cuda" else None
+        out["memory_limit_mib"] = self.memory_limit_mib
+        return out
+
+    def close(self) -> None:
+        if self._own_client:
+            try:
+                self.client.close()
+            except Exception:
+                pass
+
+
+def _is_read_timeout(exc: BaseException) -> bool:
+    if isinstance(exc, requests.exceptions.ReadTimeout):
+        return True
+    text = _one_line(exc)
+    return "Read timed out" in text or "timed out" in text

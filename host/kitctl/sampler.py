@@ -1,0 +1,117 @@
+"""Host-side NVML sampler: the VRAM gate of DESIGN.md ("The VRAM rule").
+
+A background thread reads the device's used memory as fast as NVML answers (target ≥ 500
+samples/s), keeps the peak of the device delta (used − idle baseline taken just before the
+candidate) and kills the candidate's whole process group / container the moment a sample
+exceeds the budget B. Per-process usage of the candidate's host PIDs is sampled beside it,
+less often, because that NVML call is much slower than the memory read.
+"""
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from typing import Any
+
+from .gpu import Nvml
+from .outcome import KilledBy, MemoryPeaks
+from .runtimes.base import CandidateHandle
+
+BASELINE_READS = 5
+PROCESS_EVERY_S = 0.02  # per-process query cadence (it costs ~ms on big hosts)
+PID_REFRESH_S = 0.1  # re-list the candidate's host PIDs (forks, compile workers)
+
+
+class NvmlSampler:
+    """Implements runtimes.base.Watcher."""
+
+    def __init__(self, nvml: Nvml, handle: Any, budget_mib: float | None, *,
+                 min_interval_s: float = 0.0005) -> None:
+        self.nvml = nvml
+        self.h = handle
+        self.budget_mib = budget_mib
+        self.min_interval_s = min_interval_s  # cap the rate (~2 kHz) so one core is not pinned
+        self.baseline_mib: float | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._reset()
+
+    def _reset(self) -> None:
+        self.peak_delta = 0.0
+        self.peak_process: float | None = None
+        self.samples = 0
+        self.tripped = False
+        self.tripped_at_mib: float | None = None
+        self._t_start = 0.0
+        self._t_end = 0.0
+
+    # -- Watcher ------------------------------------------------------------------
+    def prepare(self) -> None:
+        """Idle baseline, just before the candidate starts."""
+        self._reset()
+        reads = [self.nvml.used_mib(self.h) for _ in range(BASELINE_READS)]
+        self.baseline_mib = statistics.median(reads)
+
+    def start(self, handle: CandidateHandle) -> None:
+        if self.baseline_mib is None:
+            self.prepare()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, args=(handle,), name="kit-nvml-sampler", daemon=True)
+        self._t_start = time.monotonic()
+        self._thread.start()
+
+    def stop(self) -> MemoryPeaks:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._t_end = time.monotonic()
+        dur = max(self._t_end - self._t_start, 1e-9)
+        return MemoryPeaks(device_delta_mib=round(self.peak_delta, 1),
+                           process_mib=None if self.peak_process is None else round(self.peak_process, 1),
+                           baseline_mib=None if self.baseline_mib is None else round(self.baseline_mib, 1),
+                           samples=self.samples, sample_rate_hz=round(self.samples / dur, 1))
+
+    @property
+    def over_budget(self) -> bool:
+        return self.tripped
+
+    # -- the loop -----------------------------------------------------------------
+    def observe(self, used_mib: float, handle: CandidateHandle) -> None:
+        """One device sample: update the peak and apply the gate (pure logic, tested alone)."""
+        self.samples += 1
+        delta = used_mib - (self.baseline_mib or 0.0)
+        if delta > self.peak_delta:
+            self.peak_delta = delta
+        if self.budget_mib is not None and delta > self.budget_mib and not self.tripped:
+            self.tripped = True
+            self.tripped_at_mib = delta
+            handle.kill(KilledBy.KIT_VRAM_GATE)
+
+    def observe_processes(self, pids: set[int]) -> None:
+        total = 0.0
+        matched = False
+        for p in self.nvml.processes(self.h):
+            if p.pid in pids and p.used_mib is not None:
+                total += p.used_mib
+                matched = True
+        if matched and (self.peak_process is None or total > self.peak_process):
+            self.peak_process = total
+
+    def _loop(self, handle: CandidateHandle) -> None:
+        next_proc = next_pids = 0.0
+        pids: set[int] = set()
+        while not self._stop.is_set():
+            t = time.monotonic()
+            try:
+                self.observe(self.nvml.used_mib(self.h), handle)
+                if t >= next_pids:
+                    pids = handle.pids()
+                    next_pids = t + PID_REFRESH_S
+                if t >= next_proc:
+                    self.observe_processes(pids)
+                    next_proc = t + PROCESS_EVERY_S
+            except Exception:  # a vanished process or a transient NVML error: keep sampling
+                pass
+            spare = self.min_interval_s - (time.monotonic() - t)
+            if spare > 0:
+                time.sleep(spare)

@@ -1,0 +1,126 @@
+"""Max-batch search strategies, as pure functions of the trials so far.
+
+A strategy looks at the history of (batch, status) pairs and says what to run next or that
+it is done. Being a pure function of the history makes it testable without a GPU and makes
+`--resume` trivial: replay the recorded trials and ask again.
+
+`protocol` (DESIGN.md, "Search"): run the start batch; if it fails bisect [1, start-1];
+else double until the first failure or the cap, bisect the gap to resolution 1, and run
+max+1 so the artifact holds a verified pass at max_batch and a verified fail at next_batch.
+A timeout/crash/error is retried once; a second non-memory failure stops the engine.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
+
+from .outcome import MEMORY_FAILURES, RETRYABLE, SearchStatus, Status
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    start_batch: int = 128
+    max_batch: int = 1 << 20
+
+    def __post_init__(self) -> None:
+        if self.start_batch < 1:
+            raise ValueError("start batch must be ≥ 1")
+        if self.max_batch < self.start_batch:
+            raise ValueError("max batch must be ≥ start batch")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Either run `batch` (done=False) or stop with the summary fields set."""
+
+    batch: int | None = None
+    done: bool = False
+    max_batch: int | None = None
+    next_batch: int | None = None
+    status: SearchStatus | None = None
+    reason: str = ""
+
+
+Trial = tuple[int, Status]
+
+
+def _verdicts(history: Sequence[Trial]) -> tuple[dict[int, bool], Decision | None]:
+    """Collapse attempts per batch into pass/fail; handle the retry rule.
+
+    Returns the pass/fail verdict per batch and, if the last batch needs a retry or the
+    engine must stop, that decision.
+    """
+    verdict: dict[int, bool] = {}
+    attempts: dict[int, list[Status]] = {}
+    for batch, status in history:
+        attempts.setdefault(batch, []).append(status)
+    for batch, statuses in attempts.items():
+        last = statuses[-1]
+        if last is Status.OK:
+            verdict[batch] = True
+        elif last in MEMORY_FAILURES or last is Status.NONFINITE:
+            # NONFINITE is a real failure of the candidate, not a flake: no retry, and it
+            # is not a memory failure, so it can never bound a capacity (see below).
+            verdict[batch] = False
+        elif last in RETRYABLE:
+            if len(statuses) < 2:
+                return verdict, Decision(batch=batch, reason=f"retry after {last.value}")
+            return verdict, Decision(
+                done=True, status=SearchStatus.INVALID,
+                reason=f"batch {batch}: {statuses[0].value} then {last.value}, not a memory failure")
+        else:  # pragma: no cover - every status is handled above
+            raise ValueError(last)
+    return verdict, None
+
+
+def protocol_strategy(history: Sequence[Trial], cfg: SearchConfig) -> Decision:
+    verdict, forced = _verdicts(history)
+    if forced is not None:
+        return forced
+    last_status = {b: s for b, s in history}
+    for b, ok in verdict.items():
+        if not ok and last_status[b] is Status.NONFINITE:
+            return Decision(done=True, status=SearchStatus.INVALID,
+                            reason=f"batch {b}: non-finite loss, not a memory failure")
+
+    passes = sorted(b for b, ok in verdict.items() if ok)
+    fails = sorted(b for b, ok in verdict.items() if not ok)
+    start = cfg.start_batch
+    if start not in verdict:
+        return Decision(batch=start, reason="start batch")
+
+    lo = max(passes) if passes else 0  # largest verified pass
+    hi_candidates = [f for f in fails if f > lo]
+    hi = min(hi_candidates) if hi_candidates else None  # smallest verified fail above it
+
+    if hi is None:
+        # Still growing: double until the first failure or the cap.
+        if lo >= cfg.max_batch:
+            return Decision(done=True, max_batch=lo, next_batch=None,
+                            status=SearchStatus.CENSORED, reason=f"passed at --max-batch {cfg.max_batch}")
+        return Decision(batch=min(2 * lo, cfg.max_batch), reason="doubling")
+    if hi - lo > 1:
+        return Decision(batch=(lo + hi) // 2, reason=f"bisect ({lo}, {hi})")
+    # Gap closed to resolution 1: hi == lo + 1 is a verified fail, so max+1 is already run.
+    if lo == 0:
+        return Decision(done=True, max_batch=None, next_batch=hi, status=SearchStatus.NO_PASS,
+                        reason="batch 1 fails")
+    return Decision(done=True, max_batch=lo, next_batch=hi, status=SearchStatus.BOUNDED,
+                    reason=f"pass at {lo}, memory failure at {hi}")
+
+
+STRATEGIES: dict[str, Callable[[Sequence[Trial], SearchConfig], Decision]] = {
+    "protocol": protocol_strategy,
+}
+
+
+def run_search(oracle: Callable[[int], Status], cfg: SearchConfig, strategy: str = "protocol",
+               history: Iterable[Trial] = ()) -> tuple[Decision, list[Trial]]:
+    """Drive a strategy against `oracle(batch) -> Status` (tests, simulations)."""
+    hist = list(history)
+    decide = STRATEGIES[strategy]
+    while True:
+        d = decide(hist, cfg)
+        if d.done:
+            return d, hist
+        hist.append((d.batch, oracle(d.batch)))
