@@ -105,6 +105,9 @@ def classify(request: TrialRequest, raw: RawRun, peaks: MemoryPeaks, *, over_bud
     if out.result is not None:
         fw = out.result.get("framework_peak_mib")
         peaks.framework_mib = fw if _finite(fw) else None
+        rss = out.result.get("host_peak_rss_mib")
+        if peaks.host_rss_mib is None and _finite(rss):
+            peaks.host_rss_mib = rss
 
     if raw.killed_by is KilledBy.KIT_VRAM_GATE:
         out.status = Status.VRAM_CAP_EXCEEDED
