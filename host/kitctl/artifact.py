@@ -77,7 +77,10 @@ class ArtifactStore:
     @classmethod
     def create(cls, results_dir: Path, benchmark: str, model: str, dataset: str,
                stamp: str | None = None) -> "ArtifactStore":
-        results_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            results_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ArtifactError(f"cannot write artifacts under {results_dir}: {exc.strerror or exc}") from None
         base = f"{benchmark}-{model}-{dataset}-{stamp or utc_stamp()}"
         # Claim both names now so two runs started in the same second never share a file.
         for i in range(100):
@@ -89,6 +92,8 @@ class ArtifactStore:
                 os.close(os.open(p, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
             except FileExistsError:
                 continue
+            except OSError as exc:
+                raise ArtifactError(f"cannot write artifacts under {results_dir}: {exc.strerror or exc}") from None
             return cls(p)
         raise ArtifactError(f"could not claim an artifact name under {results_dir}")
 
@@ -102,15 +107,19 @@ class ArtifactStore:
 
     def finalize(self, doc: dict[str, Any]) -> Path:
         validate(doc)
-        data = json.dumps(doc, indent=1, allow_nan=False) + "\n"
+        if self.final.exists():
+            raise ArtifactError(f"{self.final} already exists; artifacts are never overwritten")
+        # Write a temp file, then link it to the final name: link() is atomic and fails if
+        # the name exists, so the final is never half-written nor overwritten.
+        tmp = self.partial.with_name(self.partial.name + ".final.tmp")
+        _atomic_write(tmp, doc)
         try:
-            fd = os.open(self.final, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o444)
+            os.chmod(tmp, 0o444)
+            os.link(tmp, self.final)
         except FileExistsError:
             raise ArtifactError(f"{self.final} already exists; artifacts are never overwritten") from None
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        finally:
+            tmp.unlink(missing_ok=True)
         self.partial.unlink(missing_ok=True)
         return self.final
 
@@ -121,6 +130,8 @@ def load(path: Path) -> dict[str, Any]:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ArtifactError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ArtifactError(f"{path} is not valid JSON (not UTF-8 text)") from None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:

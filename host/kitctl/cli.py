@@ -25,7 +25,7 @@ from . import artifact as art
 from .artifact import ArtifactError, ArtifactStore
 from .budget import Budget, BudgetError, make_budget
 from .datasets import DataError, resolve_cifar10
-from .engines import ENGINES, EngineError, parse_engines
+from .engines import ENGINES, MODEL_MIN_BATCH, EngineError, parse_engines
 from .protocol import TrialRequest
 from .provenance import host_info, kit_info
 from .runner import Interrupted, Runner, RunPlan
@@ -174,6 +174,8 @@ def maxbatch(
             cfg = doc["configuration"]
             doc.setdefault("resumes", []).append({"argv": sys.argv, "utc": art.utc_iso()})
             if timeout is not None:
+                if timeout <= 0:
+                    raise Fail(f"--timeout must be > 0 (got {timeout})")
                 cfg["timeout_s"] = timeout
         else:
             store, doc, cfg = None, None, None
@@ -219,7 +221,8 @@ def maxbatch(
             return NvmlSampler(_g.nvml, _g.handle, budget_mib)
 
     plan = RunPlan(engines=plan_engines, precisions=cfg["precisions"], base_request=base,
-                   search=SearchConfig(cfg["start_batch"], cfg["max_batch"]), strategy=cfg["strategy"],
+                   search=SearchConfig(cfg["start_batch"], cfg["max_batch"],
+                                       min_batch=MODEL_MIN_BATCH[cfg["model"]]), strategy=cfg["strategy"],
                    timeout_s=cfg["timeout_s"], budget=gpuctx.budget if gpuctx else None,
                    calibration_batch=cfg["calibration_batch"], watcher_factory=watcher_factory)
     from .view import make_view
@@ -251,6 +254,9 @@ def _configuration(engines: str, precision: str, device: str, vram_limit: int | 
     names = [e.name for e in parse_engines(engines)]
     if start_batch <= 0:
         raise Fail(f"--start-batch must be > 0 (got {start_batch})")
+    if start_batch < MODEL_MIN_BATCH["resnet50"]:
+        raise Fail(f"--start-batch must be ≥ {MODEL_MIN_BATCH['resnet50']}: ResNet-50 at 32×32 cannot "
+                   "train at batch 1 (BatchNorm over 1×1 maps needs 2 samples)")
     if max_batch <= 0:
         raise Fail(f"--max-batch must be > 0 (got {max_batch})")
     if max_batch < start_batch:
@@ -308,7 +314,7 @@ def _usage_error_types() -> tuple[type, ...]:
 def main() -> None:
     """Console entry point: usage errors become one line, exit 2."""
     try:
-        rc = app(standalone_mode=False)
+        rc = app(standalone_mode=False, prog_name="kitctl")
     except _usage_error_types() as exc:
         if not exc.format_message():  # no_args_is_help: the help was the answer
             sys.exit(EXIT_USAGE)

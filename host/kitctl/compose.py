@@ -123,6 +123,37 @@ class Compose:
                          args=self.build_args(service, overrides, variant))
 
 
+def provenance_build_args(root: str | os.PathLike[str] | None = None) -> dict[str, str]:
+    """The OCI label build args a kit build fills in: kit version, git revision, build time.
+
+    Pass them as `overrides` to `build_args`/`build_spec`; the git revision gets `-dirty` when
+    the tracked tree has changes. IMAGE_SOURCE comes from compose.yaml/KITCTL_IMAGE_SOURCE.
+    """
+    import datetime
+    import subprocess
+
+    from . import __version__
+
+    if root is None:
+        from .paths import kit_root
+
+        root = kit_root()
+
+    def git(*args: str) -> str | None:
+        try:
+            r = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return r.stdout.strip() if r.returncode == 0 else None
+
+    rev = git("rev-parse", "HEAD")
+    if rev and git("status", "--porcelain", "--untracked-files=no"):
+        rev += "-dirty"
+    now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    return {"KIT_VERSION": __version__, "VCS_REF": rev or "unknown",
+            "BUILD_DATE": now.isoformat().replace("+00:00", "Z")}
+
+
 def default_path() -> Path:
     from .paths import kit_root
 

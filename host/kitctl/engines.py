@@ -50,6 +50,11 @@ ENGINES: dict[str, Engine] = {
 IMPLEMENTED = frozenset({"pytorch-eager", "pytorch-compile", "pytorch-cudagraph"})
 
 
+# Smallest batch each model can train at: ResNet-50 on 32×32 inputs ends in 1×1 maps, where
+# training-mode BatchNorm needs more than one value per channel (torchvision's model too).
+MODEL_MIN_BATCH = {"resnet50": 2}
+
+
 class EngineError(ValueError):
     pass
 

@@ -76,7 +76,8 @@ def parse_result(stdout: str) -> dict[str, Any]:
     if line is None:
         raise ResultParseError("no KIT-RESULT line on stdout")
     try:
-        obj = json.loads(line)
+        # NaN/Infinity are not JSON; a trial that prints them still means "not finite".
+        obj = json.loads(line, parse_constant=lambda _c: None)
     except json.JSONDecodeError as exc:
         raise ResultParseError(f"KIT-RESULT line is not valid JSON ({exc.msg})") from None
     if not isinstance(obj, dict):
@@ -84,6 +85,6 @@ def parse_result(stdout: str) -> dict[str, Any]:
     missing = [k for k in REQUIRED_KEYS if k not in obj]
     if missing:
         raise ResultParseError(f"KIT-RESULT lacks keys: {', '.join(missing)}")
-    if obj["protocol"] != PROTOCOL_VERSION:
+    if type(obj["protocol"]) is not int or obj["protocol"] != PROTOCOL_VERSION:
         raise ResultParseError(f"KIT-RESULT protocol {obj['protocol']!r}, expected {PROTOCOL_VERSION}")
     return obj

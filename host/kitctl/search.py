@@ -8,6 +8,7 @@ it is done. Being a pure function of the history makes it testable without a GPU
 else double until the first failure or the cap, bisect the gap to resolution 1, and run
 max+1 so the artifact holds a verified pass at max_batch and a verified fail at next_batch.
 A timeout/crash/error is retried once; a second non-memory failure stops the engine.
+"[1, start-1]" starts at the model's smallest trainable batch (`min_batch`).
 """
 from __future__ import annotations
 
@@ -21,10 +22,16 @@ from .outcome import MEMORY_FAILURES, RETRYABLE, SearchStatus, Status
 class SearchConfig:
     start_batch: int = 128
     max_batch: int = 1 << 20
+    # The smallest batch the model can train at all (ResNet-50 at 32×32 has 1×1 maps in
+    # its last stage, where training-mode BatchNorm needs ≥ 2 samples): bisection never
+    # goes below it, and a failure there means no passing batch.
+    min_batch: int = 1
 
     def __post_init__(self) -> None:
-        if self.start_batch < 1:
-            raise ValueError("start batch must be ≥ 1")
+        if self.min_batch < 1:
+            raise ValueError("min batch must be ≥ 1")
+        if self.start_batch < self.min_batch:
+            raise ValueError(f"start batch must be ≥ {self.min_batch}")
         if self.max_batch < self.start_batch:
             raise ValueError("max batch must be ≥ start batch")
 
@@ -89,7 +96,8 @@ def protocol_strategy(history: Sequence[Trial], cfg: SearchConfig) -> Decision:
     if start not in verdict:
         return Decision(batch=start, reason="start batch")
 
-    lo = max(passes) if passes else 0  # largest verified pass
+    floor = cfg.min_batch - 1  # nothing below min_batch is ever run
+    lo = max(passes) if passes else floor  # largest verified pass
     hi_candidates = [f for f in fails if f > lo]
     hi = min(hi_candidates) if hi_candidates else None  # smallest verified fail above it
 
@@ -102,9 +110,9 @@ def protocol_strategy(history: Sequence[Trial], cfg: SearchConfig) -> Decision:
     if hi - lo > 1:
         return Decision(batch=(lo + hi) // 2, reason=f"bisect ({lo}, {hi})")
     # Gap closed to resolution 1: hi == lo + 1 is a verified fail, so max+1 is already run.
-    if lo == 0:
+    if lo == floor:
         return Decision(done=True, max_batch=None, next_batch=hi, status=SearchStatus.NO_PASS,
-                        reason="batch 1 fails")
+                        reason=f"batch {hi} (the smallest the model trains at) fails")
     return Decision(done=True, max_batch=lo, next_batch=hi, status=SearchStatus.BOUNDED,
                     reason=f"pass at {lo}, memory failure at {hi}")
 

@@ -115,7 +115,7 @@ def classify(request: TrialRequest, raw: RawRun, peaks: MemoryPeaks, *, over_bud
         return out
     if raw.killed_by is KilledBy.KIT_DEADLINE:
         out.status = Status.TIMEOUT
-        out.error = f"deadline of {request_timeout_text(raw)} passed; killed by the kit"
+        out.error = f"deadline passed after {raw.elapsed_s:.0f} s; killed by the kit"
         return out
     if raw.killed_by is KilledBy.KERNEL_OOM:
         out.status = Status.HOST_OOM_KILLED
@@ -148,10 +148,6 @@ def classify(request: TrialRequest, raw: RawRun, peaks: MemoryPeaks, *, over_bud
             out.status = Status.VRAM_CAP_EXCEEDED
             out.error = "device delta went over the budget"
     return out
-
-
-def request_timeout_text(raw: RawRun) -> str:
-    return f"{raw.elapsed_s:.0f} s"
 
 
 class Stopwatch:

@@ -78,17 +78,17 @@ def _one_line(exc: BaseException) -> str:
 
 def _daemon_down(exc: BaseException) -> RuntimeUnavailable:
     host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    text = _one_line(exc)
+    # requests' connection errors nest the useful part deep inside: keep just that.
+    m = re.search(r"(Connection refused|No such file or directory|Permission denied|timed out)", text)
+    reason = m.group(1) if m else _short(exc, 120)
     return RuntimeUnavailable(
-        f"the Docker daemon does not answer at {host} ({_short(exc)}): start it "
+        f"the Docker daemon does not answer at {host} ({reason}): start it "
         f"(e.g. sudo systemctl start docker) or use --runtime local")
 
 
-def _short(exc: BaseException, limit: int = 160) -> str:
+def _short(exc: BaseException, limit: int = 300) -> str:
     text = _one_line(exc)
-    # requests' connection errors nest the useful part at the end.
-    m = re.search(r"(Connection refused|No such file or directory|Permission denied|timed out)", text)
-    if m:
-        return m.group(1)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -152,6 +152,51 @@ def image_provenance(client: Any, image: str) -> dict[str, Any]:
         "cuda_version": labels.get("kit.cuda.version"),
         "trial_protocol": labels.get("kit.trial-protocol"),
     }
+
+
+class ImageBuildError(RuntimeError):
+    """A build failed: one line in the message, the build log's tail in `log_tail`."""
+
+    def __init__(self, message: str, log_tail: str = "") -> None:
+        super().__init__(message)
+        self.log_tail = log_tail
+
+
+def build_image(client: Any, spec: Any, *, on_line: Callable[[str], None] | None = None,
+                network_mode: str | None = None, nocache: bool = False, pull: bool = False,
+                log_lines: int = 60) -> str:
+    """Build one compose.yaml service (a `compose.BuildSpec`) through the SDK; return the image id.
+
+    `on_line` gets each line of build output (a progress display); on failure an ImageBuildError
+    carries the last `log_lines` lines. The classic builder is used (what the SDK speaks).
+    """
+    tail: list[str] = []
+    image_id: str | None = None
+    kwargs: dict[str, Any] = dict(path=str(spec.context), dockerfile=spec.dockerfile, buildargs=dict(spec.args),
+                                  tag=spec.image, rm=True, forcerm=True, decode=True, nocache=nocache,
+                                  pull=pull)
+    if network_mode:
+        kwargs["network_mode"] = network_mode
+    try:
+        for chunk in client.api.build(**kwargs):
+            if "stream" in chunk:
+                for line in chunk["stream"].splitlines():
+                    tail.append(line)
+                    del tail[:-log_lines]
+                    if on_line is not None:
+                        on_line(line)
+            if "aux" in chunk and isinstance(chunk["aux"], dict) and chunk["aux"].get("ID"):
+                image_id = chunk["aux"]["ID"]
+            if "error" in chunk:
+                msg = " ".join(str(chunk["error"]).split())
+                raise ImageBuildError(f"building {spec.image} failed: {msg[:300]}", "\n".join(tail))
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        if isinstance(exc, docker.errors.APIError):
+            raise ImageBuildError(f"building {spec.image} failed: {_short(exc, 300)}", "\n".join(tail)) from None
+        raise _daemon_down(exc) from None
+    if image_id is None:
+        image_id = client.images.get(spec.image).id
+    return image_id
 
 
 # ---- owners and orphans ----------------------------------------------------------------------
@@ -331,6 +376,7 @@ class DockerRuntime(Runtime):
         self._own_client = client is None
         self.client = client if client is not None else docker_client()
         self.current: _ContainerHandle | None = None  # for interrupt cleanup
+        self.swept: list[str] = []  # orphans removed when this runtime was set up (from_cli)
 
     # -- configuration --------------------------------------------------------------------------
 
@@ -357,6 +403,8 @@ class DockerRuntime(Runtime):
     def create_kwargs(self, request: TrialRequest) -> dict[str, Any]:
         """Everything `containers.create` gets for one candidate (tests inspect it)."""
         data_src = self.data_dir or (str(Path(request.data_dir).resolve()) if request.data_dir else None)
+        if data_src and not Path(data_src).is_dir():
+            raise RuntimeUnavailable(f"data directory {data_src} does not exist (it is mounted read-only at {DATA_MOUNT})")
         env = {"PYTHONUNBUFFERED": "1"}
         if request.device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU candidate never touches a GPU
@@ -377,12 +425,13 @@ class DockerRuntime(Runtime):
             detach=True,
         )
         if data_src:
-            kw["volumes"] = {data_src: {"bind": DATA_MOUNT, "mode": "ro"}}
+            # A Mount, not a -v bind: a missing source is an error, never a new root-owned folder.
+            kw["mounts"] = [docker.types.Mount(target=DATA_MOUNT, source=data_src, type="bind", read_only=True)]
         if self.memory_limit_mib is not None:
             limit = f"{int(self.memory_limit_mib)}m"
             kw["mem_limit"] = limit
             kw["memswap_limit"] = limit  # equal: no swap, the limit is the limit
-        if request.device == "cuda" and self.device == "cuda":
+        if request.device == "cuda":  # the GPU NVML resolved, by UUID
             if self.gpu_uuid:
                 req = docker.types.DeviceRequest(device_ids=[self.gpu_uuid], capabilities=[["gpu"]])
             else:
@@ -455,7 +504,10 @@ class DockerRuntime(Runtime):
             try:
                 self._wait(handle, clock, timeout_s)
             except BaseException:  # KeyboardInterrupt, SystemExit, a daemon gone mid-run
-                handle.kill(KilledBy.KIT_INTERRUPT)
+                try:
+                    handle.kill(KilledBy.KIT_INTERRUPT)
+                except Exception:
+                    pass  # the daemon is gone too: the sweep at the next start removes it
                 raise
             elapsed = clock.elapsed
             if watcher is not None:
@@ -526,6 +578,11 @@ class DockerRuntime(Runtime):
         return out
 
     def close(self) -> None:
+        # A signal between create and the `try` in `run` could leave one behind: check once.
+        try:
+            remove_run_containers(self.client, self.run_id)
+        except Exception:
+            pass
         if self._own_client:
             try:
                 self.client.close()
@@ -538,3 +595,105 @@ def _is_read_timeout(exc: BaseException) -> bool:
         return True
     text = _one_line(exc)
     return "Read timed out" in text or "timed out" in text
+
+
+# ---- GPU probe and the CLI's entry point ----------------------------------------------------------
+
+def probe_gpu(client: Any, image: str, gpu_uuid: str | None, *, timeout_s: float = 120.0) -> str | None:
+    """Can this daemon start a container of `image` with the GPU attached? None if yes, else one line.
+
+    A throw-away container (`/bin/true`, network off, labelled as the kit's) is created, started
+    and removed; `kitctl doctor` and `--runtime docker|auto` on `--device cuda` use it.
+    """
+    req = (docker.types.DeviceRequest(device_ids=[gpu_uuid], capabilities=[["gpu"]]) if gpu_uuid
+           else docker.types.DeviceRequest(count=1, capabilities=[["gpu"]]))
+    labels = {LABEL_RUN_ID: "gpu-probe", **owner_labels()}
+    try:
+        c = client.containers.create(image, entrypoint=["/bin/true"], command=[], labels=labels,
+                                     network_mode="none", device_requests=[req], detach=True)
+    except docker.errors.ImageNotFound:
+        return f"image {image} is not present"
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        return _short(exc, 300)
+    try:
+        c.start()
+        res = c.wait(timeout=timeout_s)
+        code = res.get("StatusCode")
+        return None if code == 0 else f"the GPU probe container exited with code {code}"
+    except docker.errors.APIError as exc:
+        text = _one_line(exc)
+        if any(m in text for m in _NO_DRIVER_MARKERS):
+            return NO_NVIDIA_RUNTIME
+        return f"the Docker daemon could not start a container with the GPU: {_short(exc, 300)}"
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        return _short(exc, 300)
+    finally:
+        try:
+            _remove(c)
+        except Exception:
+            pass
+
+
+def compose_images(engines: list[Any], variant: str | None = None,
+                   compose_path: str | os.PathLike[str] | None = None) -> dict[str, str]:
+    """engine name → image name, from compose.yaml (the engine's service, optionally a build variant)."""
+    from ..compose import ComposeError, load_compose
+
+    try:
+        c = load_compose(compose_path)
+        out: dict[str, str] = {}
+        for e in engines:
+            name = getattr(e, "name", e)
+            out[name] = c.image(c.service_for_engine(name).name, variant)
+        return out
+    except ComposeError as exc:
+        raise RuntimeUnavailable(str(exc)) from None
+
+
+def from_cli(*, engines: list[Any], device: str, gpu_uuid: str | None, run_id: str,
+             memory_limit_mib: int | None = None, data_dir: str | None = None, required: bool,
+             variant: str | None = None, client: Any = None, sweep: bool = True,
+             probe: bool = True, fallback: list[str] | None = None) -> "DockerRuntime | None":
+    """The Docker runtime for `kitctl run`, or None where `--runtime auto` should use local.
+
+    required (`--runtime docker`): a daemon that does not answer, an engine image that is absent,
+    or (on `--device cuda`) a daemon without the NVIDIA runtime raise RuntimeUnavailable (one line,
+    exit 2) before the run starts. Not required (`auto`): any of those returns None.
+    Images come from compose.yaml; `variant` (or env KITCTL_IMAGE_VARIANT, e.g. `cpu-ci`) picks a
+    build variant's image. Orphans of earlier runs are swept first (listed in `.swept`).
+    When None is returned, `fallback` (if given) gets the one-line reason.
+    """
+    if docker is None:
+        if required:
+            _require_sdk()
+        return None
+    variant = variant or os.environ.get("KITCTL_IMAGE_VARIANT") or None
+    own_client = client is None
+    try:
+        images = compose_images(engines, variant)
+        if client is None:
+            client = docker_client()
+        missing = [f"{img} (engine {eng})" for eng, img in images.items() if not image_exists(img, client)]
+        if missing:
+            first = next(iter(images))
+            raise RuntimeUnavailable(
+                f"engine image not present: {', '.join(missing)}; build it with "
+                f"`kitctl images build {first}` or `docker compose build`")
+        if device == "cuda" and probe:
+            reason = probe_gpu(client, next(iter(images.values())), gpu_uuid)
+            if reason is not None:
+                raise RuntimeUnavailable(reason)
+    except RuntimeUnavailable as exc:
+        if own_client and client is not None:
+            client.close()
+        if required:
+            raise
+        if fallback is not None:
+            fallback.append(str(exc))
+        return None
+    swept = sweep_orphans(client) if sweep else []
+    rt = DockerRuntime(images, run_id=run_id, device=device, gpu_uuid=gpu_uuid,
+                       memory_limit_mib=memory_limit_mib, data_dir=data_dir, client=client)
+    rt._own_client = own_client
+    rt.swept = swept
+    return rt

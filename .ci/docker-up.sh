@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Bring up what the Docker-runtime tests need on a CI/dev host, idempotently:
+#   1. docker.io (+ docker-compose, debootstrap) installed when absent;
+#   2. dockerd running (started as root with --iptables=false when `docker info` fails);
+#   3. the local base image kitctl-ci-base:bookworm (no registry is reachable: debootstrap + import;
+#      python3 + venv + the C/C++ compiler and Python headers that torch.compile/inductor needs);
+#   4. the wheels of the CPU lock in images/pytorch/wheels/ (git-ignored; the CPU build is offline).
+# Each step is skipped when already done. Env: KITCTL_CI_BASE (image tag), DOCKERD_LOG, DOCKERD_WAIT_S.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BASE_IMAGE="${KITCTL_CI_BASE:-kitctl-ci-base:bookworm}"
+DOCKERD_LOG="${DOCKERD_LOG:-/var/log/kitctl-dockerd.log}"
+DOCKERD_WAIT_S="${DOCKERD_WAIT_S:-60}"
+
+log() { printf '[docker-up %(%H:%M:%S)T] %s\n' -1 "$*"; }
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+
+# 1. packages ---------------------------------------------------------------------------------
+need=()
+command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
+command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose)
+command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
+if [ "${#need[@]}" -gt 0 ]; then
+  log "installing ${need[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# 2. daemon -----------------------------------------------------------------------------------
+if ! docker info >/dev/null 2>&1; then
+  log "starting dockerd (log: $DOCKERD_LOG)"
+  # containerd ships with docker.io; dockerd starts its own when none is running.
+  $SUDO sh -c "nohup dockerd --iptables=false >>'$DOCKERD_LOG' 2>&1 &"
+  waited=0
+  until docker info >/dev/null 2>&1; do
+    if [ "$waited" -ge "$DOCKERD_WAIT_S" ]; then
+      log "dockerd did not answer within ${DOCKERD_WAIT_S}s; last log lines:"
+      tail -n 30 "$DOCKERD_LOG" >&2 || true
+      exit 1
+    fi
+    sleep 1
+    waited=$((waited + 1))
+  done
+  log "dockerd answers after ${waited}s"
+else
+  log "dockerd already answers"
+fi
+
+# 3. base image -------------------------------------------------------------------------------
+if ! docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
+  log "building $BASE_IMAGE with debootstrap"
+  rootfs="$(mktemp -d /tmp/kitctl-rootfs.XXXXXX)"
+  trap '$SUDO rm -rf "$rootfs"' EXIT
+  $SUDO debootstrap --variant=minbase \
+    --include=python3,python3-venv,python3-pip,python3-dev,gcc,g++,libc6-dev,ca-certificates \
+    bookworm "$rootfs" "${DEBIAN_MIRROR:-http://deb.debian.org/debian}" >/tmp/kitctl-debootstrap.log 2>&1 \
+    || { tail -n 30 /tmp/kitctl-debootstrap.log >&2; exit 1; }
+  $SUDO rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+  $SUDO tar -C "$rootfs" -c . | docker import \
+    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    --change 'ENV LANG=C.UTF-8' \
+    --change 'CMD ["/bin/bash"]' \
+    - "$BASE_IMAGE" >/dev/null
+  $SUDO rm -rf "$rootfs"
+  trap - EXIT
+  log "built $BASE_IMAGE"
+else
+  log "$BASE_IMAGE present"
+fi
+
+# 4. the CPU lock's wheels (torch +cpu and its deps), hash-checked, for an offline CPU build ----
+"$ROOT/images/pytorch/fetch-cpu-wheels.sh"
+log "ready: $(docker version --format 'docker {{.Server.Version}}'), base $BASE_IMAGE"

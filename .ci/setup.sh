@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Set up a fresh Debian 12 machine (as root) for kitctl's tests: the kit, the CPU PyTorch
+# the trials run on here, a running Docker daemon and the local CI base image.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash .ci/setup-python.sh
+bash .ci/docker-up.sh

@@ -1,0 +1,113 @@
+"""compose.yaml as kitctl reads it (host/kitctl/compose.py), and as Compose itself checks it."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+try:
+    import kitctl  # noqa: F401
+except ImportError:  # not installed: use the checkout
+    sys.path.insert(0, str(ROOT / "host"))
+
+from kitctl.compose import ComposeError, interpolate, load_compose, provenance_build_args  # noqa: E402
+from kitctl.engines import ENGINES, IMPLEMENTED  # noqa: E402
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def test_the_repo_compose_names_every_implemented_engines_image():
+    c = load_compose(ROOT / "compose.yaml", env={})
+    for name in IMPLEMENTED:
+        svc = c.service_for_engine(name)
+        assert svc.name == ENGINES[name].service == "pytorch"
+        assert name in svc.engines
+    svc = c.service("pytorch")
+    assert svc.image.startswith("kitctl/pytorch:")
+    assert svc.context == ROOT and svc.context.is_absolute()
+    assert svc.dockerfile_path == ROOT / "images/pytorch/Dockerfile" and svc.dockerfile_path.is_file()
+    assert svc.args["TORCH_LOCK"] == "requirements-cuda.lock"
+    assert (ROOT / "images/pytorch" / svc.args["TORCH_LOCK"]).is_file()
+    assert svc.args["VCS_REF"] == "unknown"  # ${KITCTL_VCS_REF:-unknown}, unset
+
+
+def test_cpu_ci_variant_and_overrides():
+    c = load_compose(ROOT / "compose.yaml", env={"KITCTL_VCS_REF": "abc123"})
+    args = c.build_args("pytorch", variant="cpu-ci")
+    assert args["BASE_IMAGE"] == "kitctl-ci-base:bookworm"
+    assert args["TORCH_LOCK"] == "requirements-cpu.lock"
+    assert (ROOT / "images/pytorch" / args["TORCH_LOCK"]).is_file()
+    assert args["VCS_REF"] == "abc123"
+    assert c.image("pytorch", "cpu-ci") == "kitctl/pytorch:ci"
+    over = c.build_args("pytorch", {"BASE_IMAGE": "my/base:1", "KIT_VERSION": None}, variant="cpu-ci")
+    assert over["BASE_IMAGE"] == "my/base:1" and "KIT_VERSION" not in over
+    spec = c.build_spec("pytorch", variant="cpu-ci", image="x/y:z")
+    assert spec.image == "x/y:z" and spec.dockerfile == "images/pytorch/Dockerfile"
+    with pytest.raises(ComposeError, match="no build variant 'gpu-nightly'"):
+        c.build_args("pytorch", variant="gpu-nightly")
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "compose.yaml"
+    p.write_text(text)
+    return p
+
+
+@pytest.mark.parametrize("text, message", [
+    ("services: [unclosed\n", "not valid YAML at line"),
+    ("- just\n- a list\n", "top level must be a mapping"),
+    ("services: {}\n", "'services' must be a non-empty mapping"),
+    ("services:\n  pytorch:\n    build: .\n", "services.pytorch.image is missing"),
+    ("services:\n  pytorch:\n    image: a/b\n", "services.pytorch.build must be a mapping"),
+    ("services:\n  pytorch:\n    image: a/b\n    build: {context: nowhere}\n", "is not a directory"),
+    ("services:\n  pytorch:\n    image: a/b\n    build: {context: ., args: {A: [1]}}\n", "args.A must be a scalar"),
+    ("services:\n  pytorch:\n    image: ${NOPE:?set NOPE}\n    build: .\n", "NOPE is required: set NOPE"),
+])
+def test_a_malformed_file_is_one_clear_line(tmp_path, text, message):
+    with pytest.raises(ComposeError) as err:
+        load_compose(_write(tmp_path, text), env={})
+    assert message in str(err.value)
+    assert "\n" not in str(err.value) and str(tmp_path) in str(err.value)
+
+
+def test_missing_file_and_missing_service(tmp_path):
+    with pytest.raises(ComposeError, match="no such file"):
+        load_compose(tmp_path / "absent.yaml")
+    c = load_compose(_write(tmp_path, "services:\n  tf:\n    image: a/b\n    build: .\n"), env={})
+    with pytest.raises(ComposeError, match=r"no service 'pytorch' \(services: tf\)"):
+        c.service_for_engine("pytorch-eager")
+
+
+def test_interpolation_follows_compose():
+    env = {"SET": "v", "EMPTY": ""}
+    assert interpolate("${SET}-$SET-$$SET", env) == "v-v-$SET"
+    assert interpolate("${UNSET:-d}|${EMPTY:-d}|${EMPTY-d}|${UNSET-d}", env) == "d|d||d"
+    assert interpolate("${UNSET}", env) == ""
+    with pytest.raises(ValueError):
+        interpolate("${EMPTY:?needed}", env)
+
+
+def test_docker_compose_accepts_the_file():
+    exe = shutil.which("docker-compose")
+    if exe is None:
+        if IN_CI:
+            pytest.fail("docker-compose is not installed (CI=true: run .ci/docker-up.sh)", pytrace=False)
+        pytest.skip("docker-compose is not installed (apt-get install docker-compose)")
+    r = subprocess.run([exe, "-f", str(ROOT / "compose.yaml"), "config", "-q"], capture_output=True,
+                       text=True, timeout=60, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+
+
+def test_provenance_build_args_fill_the_oci_labels(tmp_path):
+    from kitctl import __version__
+
+    args = provenance_build_args(tmp_path)  # not a git checkout: revision unknown
+    assert args["KIT_VERSION"] == __version__ and args["VCS_REF"] == "unknown"
+    assert args["BUILD_DATE"].endswith("Z") and "T" in args["BUILD_DATE"]
+    merged = load_compose(ROOT / "compose.yaml", env={}).build_args("pytorch", args)
+    assert merged["BUILD_DATE"] == args["BUILD_DATE"]

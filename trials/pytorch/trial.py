@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""PyTorch trial for kitctl (trial protocol v1): one candidate in, one KIT-RESULT line out.
+
+    python3 trials/pytorch/trial.py --benchmark maxbatch --batch 128 --mode eager ...
+
+Modes: eager -> engine pytorch-eager, compile -> pytorch-compile (torch.compile),
+cudagraph -> pytorch-cudagraph (whole training step in one CUDA graph, GPU only).
+torch is imported only inside the run, so even a broken install yields a result line.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+# Works from any cwd and in images where trials/common sits beside trials/pytorch.
+for _p in (_HERE.parent / "common", _HERE):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+
+import kittrial  # noqa: E402
+
+MODES = ["eager", "compile", "cudagraph"]
+ENGINES = {mode: f"pytorch-{mode}" for mode in MODES}
+
+
+def _body(args, result: dict) -> None:
+    import torch_train  # pulls in torch
+
+    torch_train.train(args, result)
+
+
+def _classify(exc: BaseException) -> str:
+    oom_types: tuple = (MemoryError,)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        for t in (getattr(torch, "OutOfMemoryError", None),
+                  getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None)):
+            if isinstance(t, type):
+                oom_types += (t,)
+    return "oom" if kittrial.is_oom(exc, oom_types) else "error"
+
+
+def main(argv: list[str] | None = None) -> int:
+    return kittrial.run(argv, MODES, ENGINES.__getitem__, _body, _classify)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
