@@ -39,59 +39,7 @@ from kitctl.runtimes.docker import (  # noqa: E402
     sweep_orphans,
 )
 
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-BASE_IMAGE = os.environ.get("KITCTL_CI_BASE", "kitctl-ci-base:bookworm")
-VARIANT = "cpu-ci"
-BUILD_TIMEOUT_S = 900
-# Small enough that ResNet-50's weights, gradients and Adam state (~380 MiB) cannot fit, large
-# enough that the trial starts (python + numpy + torch import to ~220 MiB) and dies in the step.
-OOM_LIMIT_MIB = int(os.environ.get("KITCTL_TEST_OOM_LIMIT_MIB", "400"))
-
-
-def _unavailable(reason: str) -> None:
-    if IN_CI:
-        pytest.fail(f"{reason} (CI=true: the Docker tests must run; see .ci/docker-up.sh)", pytrace=False)
-    pytest.skip(reason)
-
-
-@pytest.fixture(scope="module")
-def client():
-    try:
-        c = docker.from_env(timeout=BUILD_TIMEOUT_S)
-        c.ping()
-    except Exception as exc:  # noqa: BLE001
-        _unavailable(f"no Docker daemon answers ({type(exc).__name__}): run .ci/docker-up.sh as root")
-    yield c
-    c.close()
-
-
-@pytest.fixture(scope="module")
-def image(client) -> str:
-    """kitctl/pytorch:ci, built now (layer cache keeps rebuilds quick) from compose.yaml's cpu-ci variant."""
-    try:
-        client.images.get(BASE_IMAGE)
-    except docker.errors.ImageNotFound:
-        _unavailable(f"base image {BASE_IMAGE} is absent: run .ci/docker-up.sh")
-    if not list((ROOT / "images/pytorch/wheels").glob("torch-*+cpu-*.whl")):
-        _unavailable("images/pytorch/wheels/ has no CPU torch wheel: run images/pytorch/fetch-cpu-wheels.sh")
-    spec = load_compose(ROOT / "compose.yaml").build_spec(
-        "pytorch", variant=VARIANT, overrides={"BASE_IMAGE": BASE_IMAGE, **provenance_build_args(ROOT)})
-    try:
-        previous = client.images.get(spec.image).id
-    except docker.errors.ImageNotFound:
-        previous = None
-    t0 = time.monotonic()
-    try:
-        new_id = build_image(client, spec)
-    except ImageBuildError as exc:
-        pytest.fail(f"{exc}\n{exc.log_tail}", pytrace=False)
-    if previous and previous != new_id:  # BUILD_DATE re-labels it: drop the superseded one
-        try:
-            client.images.remove(previous)
-        except docker.errors.APIError:
-            pass
-    print(f"\n[docker tests] built {spec.image} in {time.monotonic() - t0:.1f} s")
-    return spec.image
+from conftest import BASE_IMAGE, OOM_LIMIT_MIB, VARIANT  # noqa: E402
 
 
 def _request(batch: int = 2, device: str = "cpu", **kw) -> TrialRequest:

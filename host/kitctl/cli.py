@@ -97,7 +97,8 @@ def _open_gpu(gpu: str | None, vram_limit: int | None, reserve: int, require_idl
 
 
 def _make_runtime(name: str, engines: list, device: str, gpu_uuid: str | None, run_id: str,
-                  memory_limit: int | None, data_dir: str | None, python: str | None):
+                  memory_limit: int | None, data_dir: str | None, python: str | None, notes: list[str]):
+    """The runtime the run uses; `notes` collects what the user should know (fallback, sweep)."""
     from .runtimes.base import RuntimeUnavailable
     from .runtimes.local import LocalRuntime
 
@@ -109,14 +110,18 @@ def _make_runtime(name: str, engines: list, device: str, gpu_uuid: str | None, r
                 raise Fail(f"--runtime docker needs the Docker SDK: pip install docker ({exc})") from None
             dockerrt = None
         if dockerrt is not None:
+            fallback: list[str] = []
             try:
                 rt = dockerrt.from_cli(engines=engines, device=device, gpu_uuid=gpu_uuid, run_id=run_id,
                                        memory_limit_mib=memory_limit, data_dir=data_dir,
-                                       required=(name == "docker"))
+                                       required=(name == "docker"), fallback=fallback)
             except RuntimeUnavailable as exc:
                 raise Fail(str(exc)) from None
             if rt is not None:
+                if rt.swept:
+                    notes.append(f"removed {len(rt.swept)} orphaned kit container(s): {', '.join(rt.swept)}")
                 return rt
+            notes.extend(f"--runtime auto: using local ({why})" for why in fallback)
     return LocalRuntime(gpu_uuid=gpu_uuid, python=python, memory_limit_mib=memory_limit)
 
 
@@ -196,12 +201,15 @@ def maxbatch(
             gpuctx = _open_gpu(want, cfg["vram_limit_mib"], cfg["reserve_mib"],
                                require_gpu_idle, idle_threshold)
         run_id = doc["run_id"] if doc else uuid.uuid4().hex[:12]
+        notes: list[str] = []
         rt = _make_runtime(cfg["runtime"], plan_engines, cfg["device"], gpuctx.info.uuid if gpuctx else None,
-                           run_id, cfg["memory_limit_mib"], cfg.get("data_dir"), python)
+                           run_id, cfg["memory_limit_mib"], cfg.get("data_dir"), python, notes)
 
         if doc is None:
             doc = _new_doc(run_id, cfg, gpuctx, rt, plan_engines)
             store = ArtifactStore.create(results_dir, "maxbatch", cfg["model"], cfg["dataset"])
+        if rt.name == "docker":
+            doc["host"]["docker_version"] = rt.describe(plan_engines[0].name).get("docker_version")
         doc["runtime"] = {"name": rt.name, **{k: v for k, v in rt.describe(plan_engines[0].name).items()
                                               if k != "runtime"}}
         for e in plan_engines:
@@ -228,7 +236,9 @@ def maxbatch(
     from .view import make_view
 
     view = make_view(console)
-    view.note(f"run {doc['run_id']}: partial artifact {store.partial}")
+    for n in notes:
+        view.note(n)
+    view.note(f"run {doc['run_id']} ({rt.name} runtime): partial artifact {store.partial}")
     runner = Runner(plan, rt, store, doc, view)
     try:
         doc = runner.run()
