@@ -29,6 +29,7 @@ from .engines import ENGINES, MODEL_MIN_BATCH, EngineError, parse_engines
 from .protocol import TrialRequest
 from .provenance import host_info, kit_info
 from .runner import Interrupted, Runner, RunPlan
+from .runtimes.base import RuntimeUnavailable
 from .search import STRATEGIES, SearchConfig
 from .summary import maxbatch_rows, ratios
 
@@ -40,6 +41,10 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Containerized max-batch and throughput benchmarks for deep-learning engines.")
 run_app = typer.Typer(no_args_is_help=True, help="Run a benchmark.")
 app.add_typer(run_app, name="run")
+from .report_cli import register as _register_reports  # noqa: E402  (report, compare, results list)
+_register_reports(app)
+from . import clean, doctor, images_cmd  # noqa: E402  (issue 5: images, doctor, clean)
+app.add_typer(images_cmd.images_app, name="images"); app.command("doctor")(doctor.doctor); app.command("clean")(clean.clean)  # noqa: E702,E501
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -250,6 +255,10 @@ def maxbatch(
     except ArtifactError as exc:
         view.close()
         err.print(f"kitctl: {exc}")
+        raise typer.Exit(EXIT_USAGE)
+    except RuntimeUnavailable as exc:
+        view.close()
+        err.print(f"kitctl: {exc}; partial artifact kept: {store.partial} (continue with --resume {store.partial})")
         raise typer.Exit(EXIT_USAGE)
     view.close()
     final = store.finalize(doc)

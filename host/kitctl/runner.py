@@ -14,7 +14,7 @@ from .budget import Budget, BudgetError, framework_budget, overhead_from
 from .engines import Engine
 from .outcome import SearchStatus, TrialOutcome
 from .protocol import TrialRequest
-from .runtimes.base import Runtime, Watcher
+from .runtimes.base import Runtime, RuntimeUnavailable, Watcher
 from .search import STRATEGIES, SearchConfig
 
 
@@ -105,6 +105,13 @@ class Runner:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             self.save()
             raise Interrupted(self.doc["interrupted_by"]) from None
+        except RuntimeUnavailable as exc:
+            # The runtime went away mid-run (daemon stopped, GPU runtime missing): keep the
+            # partial resumable and let the CLI say it in one line.
+            self.doc["state"] = "interrupted"
+            self.doc["interrupted_by"] = f"runtime unavailable: {exc}"
+            self.save()
+            raise
         finally:
             self._restore_signals()
             self.runtime.close()
