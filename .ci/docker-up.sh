@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Bring up what the Docker-runtime tests need on a CI/dev host, idempotently:
-#   1. docker.io (+ docker-compose, debootstrap) installed when absent;
+#   1. docker.io (+ docker-compose, debootstrap, docker-registry) installed when absent;
 #   2. dockerd running (started as root with --iptables=false when `docker info` fails);
 #   3. the local base image kitctl-ci-base:bookworm (no registry is reachable: debootstrap + import;
 #      python3 + venv + the C/C++ compiler and Python headers that torch.compile/inductor needs);
 #   4. the wheels of the CPU lock in images/pytorch/wheels/ (git-ignored; the CPU build is offline).
+#   5. the wheels of the TensorFlow CPU lock in images/tensorflow/wheels/ (likewise).
 # Each step is skipped when already done. Env: KITCTL_CI_BASE (image tag), DOCKERD_LOG, DOCKERD_WAIT_S.
 set -euo pipefail
 
@@ -18,14 +19,29 @@ SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
 # 1. packages ---------------------------------------------------------------------------------
+# docker-registry (Debian's distribution/registry 2.8) is only a binary for the push/pull tests:
+# they run `docker-registry serve` on 127.0.0.1:<free port> themselves. Its package would start
+# a system service on :5000; a policy-rc.d denies that during the install, and on a systemd
+# host the unit is disabled afterwards.
 need=()
 command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
 command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
+[ -x /usr/bin/docker-registry ] || need+=(docker-registry)
 if [ "${#need[@]}" -gt 0 ]; then
   log "installing ${need[*]}"
+  own_policy=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+    $SUDO chmod 755 /usr/sbin/policy-rc.d
+    own_policy=1
+  fi
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  if [ -n "$own_policy" ]; then $SUDO rm -f /usr/sbin/policy-rc.d; fi
+  if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
+    $SUDO systemctl disable --now docker-registry.service >/dev/null 2>&1 || true
+  fi
 fi
 
 # 2. daemon -----------------------------------------------------------------------------------
@@ -72,4 +88,6 @@ fi
 
 # 4. the CPU lock's wheels (torch +cpu and its deps), hash-checked, for an offline CPU build ----
 "$ROOT/images/pytorch/fetch-cpu-wheels.sh"
+# 5. the same for the tensorflow image (tensorflow-cpu and its deps) -------------------------
+"$ROOT/images/tensorflow/fetch-cpu-wheels.sh"
 log "ready: $(docker version --format 'docker {{.Server.Version}}'), base $BASE_IMAGE"

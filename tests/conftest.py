@@ -79,3 +79,38 @@ def image(client) -> str:
     return spec.image
 
 
+
+@pytest.fixture(scope="session")
+def tf_image(client) -> str:
+    """kitctl/tensorflow:ci, built now from compose.yaml's cpu-ci variant of the tensorflow service
+    (images/tensorflow/Dockerfile FROM the local base, tensorflow-cpu from images/tensorflow/wheels/)."""
+    import docker
+
+    from kitctl.compose import load_compose, provenance_build_args
+    from kitctl.runtimes.docker import ImageBuildError, build_image
+
+    try:
+        client.images.get(BASE_IMAGE)
+    except docker.errors.ImageNotFound:
+        _unavailable(f"base image {BASE_IMAGE} is absent: run .ci/docker-up.sh")
+    if not list((ROOT / "images/tensorflow/wheels").glob("tensorflow_cpu-*.whl")):
+        _unavailable("images/tensorflow/wheels/ has no tensorflow-cpu wheel: "
+                     "run images/tensorflow/fetch-cpu-wheels.sh")
+    spec = load_compose(ROOT / "compose.yaml").build_spec(
+        "tensorflow", variant=VARIANT, overrides={"BASE_IMAGE": BASE_IMAGE, **provenance_build_args(ROOT)})
+    try:
+        previous = client.images.get(spec.image).id
+    except docker.errors.ImageNotFound:
+        previous = None
+    t0 = time.monotonic()
+    try:
+        new_id = build_image(client, spec)
+    except ImageBuildError as exc:
+        pytest.fail(f"{exc}\n{exc.log_tail}", pytrace=False)
+    if previous and previous != new_id:  # BUILD_DATE re-labels it: drop the superseded one
+        try:
+            client.images.remove(previous)
+        except docker.errors.APIError:
+            pass
+    print(f"\n[docker tests] built {spec.image} in {time.monotonic() - t0:.1f} s")
+    return spec.image

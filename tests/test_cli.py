@@ -80,8 +80,8 @@ def test_empty_engines(work):
 
 
 def test_engine_named_but_not_implemented(work):
-    refuse(work, "run", "maxbatch", "--engines", "tensorflow-xla", "--device", "cpu",
-           match="tensorflow-xla is not available")
+    refuse(work, "run", "maxbatch", "--engines", "opennn-pool1", "--device", "cpu",
+           match="opennn-pool1 is not available")
 
 
 def test_engine_that_cannot_run_on_cpu(work):

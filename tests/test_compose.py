@@ -25,8 +25,17 @@ def test_the_repo_compose_names_every_implemented_engines_image():
     c = load_compose(ROOT / "compose.yaml", env={})
     for name in IMPLEMENTED:
         svc = c.service_for_engine(name)
-        assert svc.name == ENGINES[name].service == "pytorch"
+        assert svc.name == ENGINES[name].service
         assert name in svc.engines
+        assert svc.dockerfile_path == ROOT / f"images/{svc.name}/Dockerfile" and svc.dockerfile_path.is_file()
+    assert {c.service_for_engine(n).name for n in IMPLEMENTED} == {"pytorch", "tensorflow"}
+    tf = c.service("tensorflow")
+    assert tf.image.startswith("kitctl/tensorflow:") and tf.engines == ("tensorflow-xla",)
+    assert (ROOT / "images/tensorflow" / tf.args["TF_LOCK"]).is_file()
+    tf_ci = c.build_args("tensorflow", variant="cpu-ci")
+    assert tf_ci["BASE_IMAGE"] == "kitctl-ci-base:bookworm" and tf_ci["PIP_NO_INDEX"] == "1"
+    assert (ROOT / "images/tensorflow" / tf_ci["TF_LOCK"]).is_file()
+    assert c.image("tensorflow", "cpu-ci") == "kitctl/tensorflow:ci"
     svc = c.service("pytorch")
     assert svc.image.startswith("kitctl/pytorch:")
     assert svc.context == ROOT and svc.context.is_absolute()

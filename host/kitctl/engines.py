@@ -47,7 +47,7 @@ ENGINES: dict[str, Engine] = {
 }
 
 # Engines whose trial exists in this tree; the others are named but refused in one line.
-IMPLEMENTED = frozenset({"pytorch-eager", "pytorch-compile", "pytorch-cudagraph"})
+IMPLEMENTED = frozenset({"pytorch-eager", "pytorch-compile", "pytorch-cudagraph", "tensorflow-xla"})
 
 
 # Smallest batch each model can train at: ResNet-50 on 32×32 inputs ends in 1×1 maps, where

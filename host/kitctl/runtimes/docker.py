@@ -257,10 +257,11 @@ def _describe(container: Any) -> str:
     return f"{name} ({container.short_id})" if name else container.short_id
 
 
-def sweep_orphans(client: Any) -> list[str]:
+def sweep_orphans(client: Any, *, dry_run: bool = False) -> list[str]:
     """Remove kit containers of this host whose owner process is gone; return what was removed.
 
     Containers of other hosts (a shared daemon) are left alone: their owners cannot be checked here.
+    `dry_run` removes nothing and returns what would be removed (`kitctl clean --dry-run`, doctor).
     """
     removed: list[str] = []
     me = _hostname()
@@ -274,7 +275,9 @@ def sweep_orphans(client: Any) -> list[str]:
             pid = -1
         if _pid_alive(pid, labels.get(LABEL_OWNER_START)):
             continue
-        if _remove(c):
+        if dry_run:
+            removed.append(_describe(c))
+        elif _remove(c):
             removed.append(_describe(c))
     return removed
 

@@ -1,0 +1,86 @@
+"""`kitctl clean`: remove what kit runs and builds leave behind.
+
+* orphaned kit containers: labelled `kit.owner-pid`/`kit.host` by this host, owner process gone
+  (runtimes.docker.sweep_orphans; every run sweeps them at start too). Containers of live runs
+  and of other hosts sharing the daemon are left alone.
+* with `--images`: dangling kit images, i.e. untagged (`<none>`) images labelled `kit.engine`:
+  the previous build after a rebuild re-tagged the name, or an image a pull replaced. An image a
+  container still uses is kept (and said so).
+
+`--dry-run` says what would go and removes nothing. Exit 0; 2 when no daemon answers.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+EXIT_OK, EXIT_USAGE = 0, 2
+
+
+def clean_host(client: Any, *, images: bool = False, dry_run: bool = False) -> dict[str, Any]:
+    """Do (or with dry_run, plan) the cleaning; return {dry_run, containers, images, kept_images}."""
+    import docker.errors
+
+    from .imagestore import dangling_kit_images, describe_image, one_line
+    from .runtimes.docker import sweep_orphans
+
+    out: dict[str, Any] = {"dry_run": dry_run, "containers": sweep_orphans(client, dry_run=dry_run),
+                           "images": [], "kept_images": []}
+    if images:
+        for img in dangling_kit_images(client):
+            desc = describe_image(img)
+            if dry_run:
+                out["images"].append(desc)
+                continue
+            try:
+                client.images.remove(img.id, force=False, noprune=False)
+            except docker.errors.ImageNotFound:
+                continue  # gone meanwhile
+            except docker.errors.APIError as exc:
+                out["kept_images"].append(f"{desc}: {one_line(exc, 160)}")
+                continue
+            out["images"].append(desc)
+    return out
+
+
+def clean(
+    images: bool = typer.Option(False, "--images", help="Also remove dangling kit images (untagged, label kit.engine)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Say what would be removed; remove nothing."),
+    as_json: bool = typer.Option(False, "--json", help="Print what was removed as JSON."),
+) -> None:
+    """Remove orphaned kit containers (owner process gone) and, with --images, dangling kit images."""
+    from .imagestore import ImageError, open_client
+
+    console = Console(highlight=False, soft_wrap=True)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    try:
+        client = open_client(timeout=120)
+    except ImageError as exc:
+        err.print(Text(f"kitctl: {exc}"))
+        raise typer.Exit(EXIT_USAGE)
+    try:
+        res = clean_host(client, images=images, dry_run=dry_run)
+    except Exception as exc:  # noqa: BLE001  the daemon went away mid-way
+        err.print(Text(f"kitctl: cleaning failed: {' '.join(str(exc).split())[:300]}"))
+        raise typer.Exit(EXIT_USAGE)
+    finally:
+        client.close()
+    if as_json:
+        print(json.dumps(res, indent=2))
+        return
+    verb = "would remove" if dry_run else "removed"
+    for c in res["containers"]:
+        console.print(Text(f"{verb} orphaned container {c}"))
+    for i in res["images"]:
+        console.print(Text(f"{verb} dangling image {i}"))
+    for k in res["kept_images"]:
+        console.print(Text(f"kept dangling image {k}", style="yellow"))
+    if not res["containers"] and not res["images"]:
+        console.print("nothing to remove" + ("" if images else " (dangling kit images: kitctl clean --images)"))
+    else:
+        console.print(Text(f"{verb} {len(res['containers'])} container(s), {len(res['images'])} image(s)",
+                           style="bold"))

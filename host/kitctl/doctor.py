@@ -1,0 +1,401 @@
+"""`kitctl doctor`: is this host fit for the main job, a GPU run in the engine images?
+
+One line per check, ✓ (ok), ! (warning or not checked) or ✗ (error), and for each failing one
+how to fix it:
+
+  compose         compose.yaml parses (the image names come from it)
+  docker          the daemon answers; its version
+  nvml            the NVIDIA driver through NVML: GPUs, driver version
+  nvidia-runtime  a throw-away container with a GPU DeviceRequest starts (runtimes.docker.probe_gpu)
+  cuda:<image>    the driver against each image's CUDA (label kit.cuda.version, or compose.yaml's
+                  CUDA_VERSION build arg for an image not built yet): which images this host can run
+  gpu-idle:<i>    the GPU holds no memory, or who holds it (gpu.check_idle)
+  image:<svc>     the image `kitctl run` would use for each compose service is present
+  disk            free space where Docker keeps images (DockerRootDir)
+  orphans         kit containers whose owner is gone (`kitctl clean` removes them)
+  gpu-run         the verdict: can `kitctl run maxbatch --runtime docker` start on the GPU here?
+
+Exit 0 when the GPU run can start, 1 when it cannot, 2 only for bad input. Never a traceback:
+a check that breaks reports itself as failed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+EXIT_READY, EXIT_NOT_READY, EXIT_USAGE = 0, 1, 2
+
+# Minimum Linux driver per CUDA major version (NVIDIA's CUDA toolkit/driver compatibility table;
+# forward compatibility packages aside). Images with CUDA "none" (CPU builds) run anywhere.
+CUDA_MIN_DRIVER: dict[int, int] = {13: 580, 12: 525, 11: 450}
+MIN_FREE_GIB = 20.0  # a CUDA engine image is ~10 GB; a rebuild needs it twice
+IDLE_THRESHOLD_MIB = 1024.0
+
+FIX_DRIVER = ("install the NVIDIA driver (≥ 580 for CUDA 13 images) and check it with nvidia-smi; "
+              "on a host without a GPU use --device cpu")
+FIX_TOOLKIT = ("install the NVIDIA Container Toolkit, then `sudo nvidia-ctk runtime configure --runtime=docker` "
+               "and restart Docker (sudo systemctl restart docker)")
+FIX_DOCKER = ("start the daemon (sudo systemctl start docker) and make its socket usable "
+              "(add yourself to the docker group or set DOCKER_HOST), or use --runtime local")
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    level: str  # ok | warn | error | skip
+    detail: str
+    fix: str | None = None
+
+    @property
+    def symbol(self) -> str:
+        return {"ok": "✓", "error": "✗"}.get(self.level, "!")
+
+
+@dataclass
+class Report:
+    checks: list[Check] = field(default_factory=list)
+    images: list[dict[str, Any]] = field(default_factory=list)
+    runnable: list[str] = field(default_factory=list)  # images a GPU run can use here
+    cpu_only: list[str] = field(default_factory=list)  # present images that run on --device cpu only
+    gpu_run: bool = False
+
+    def add(self, name: str, level: str, detail: str, fix: str | None = None) -> Check:
+        c = Check(name=name, ok=level == "ok", level=level, detail=" ".join(detail.split()), fix=fix)
+        self.checks.append(c)
+        return c
+
+    def get(self, name: str) -> Check | None:
+        return next((c for c in self.checks if c.name == name), None)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_READY if self.gpu_run else EXIT_NOT_READY
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.gpu_run, "exit_code": self.exit_code, "gpu_run": self.gpu_run,
+                "runnable_images": self.runnable, "cpu_only_images": self.cpu_only,
+                "checks": [asdict(c) for c in self.checks], "images": self.images}
+
+
+def _one_line(exc: BaseException) -> str:
+    text = getattr(exc, "explanation", None) or str(exc) or type(exc).__name__
+    return " ".join(str(text).split())[:300]
+
+
+def _driver_major(version: str | None) -> int | None:
+    try:
+        return int(str(version).split(".")[0])
+    except (TypeError, ValueError):
+        return None
+
+
+def cuda_requirement(cuda: str | None) -> tuple[str, int | None]:
+    """kit.cuda.version → ("cpu"|"cuda"|"unknown", minimum driver major or None)."""
+    if cuda is None or str(cuda).strip() in ("", "unknown"):
+        return "unknown", None
+    if str(cuda).strip().lower() == "none":
+        return "cpu", None
+    major = _driver_major(cuda)
+    if major is None:
+        return "unknown", None
+    return "cuda", CUDA_MIN_DRIVER.get(major)
+
+
+def run_checks(*, client: Any = None, variant: str | None = None, idle_threshold_mib: float = IDLE_THRESHOLD_MIB,
+               min_free_gib: float = MIN_FREE_GIB, probe: bool = True, nvml: Any = None,
+               compose_path: Any = None) -> Report:
+    """Run every check; never raises for what it finds (a broken check is a failed check).
+
+    `client` (a Docker client), `nvml` (a gpu.Nvml) and `compose_path` default to the real ones.
+    """
+    rep = Report()
+    variant = variant if variant is not None else (os.environ.get("KITCTL_IMAGE_VARIANT") or None)
+
+    # -- compose.yaml ---------------------------------------------------------------------------
+    compose = None
+    try:
+        from .compose import ComposeError, load_compose
+
+        try:
+            compose = load_compose(compose_path)
+            desc = "; ".join(f"{s.name}: {', '.join(s.engines) or 'no engines'}" for s in compose.services.values())
+            rep.add("compose", "ok", f"{compose.path}: {len(compose.services)} service(s) ({desc})")
+        except ComposeError as exc:
+            rep.add("compose", "error", str(exc), "fix compose.yaml (it names every engine image); "
+                    "`docker-compose -f compose.yaml config` shows what Compose makes of it")
+    except Exception as exc:  # noqa: BLE001
+        rep.add("compose", "error", f"reading compose.yaml failed: {_one_line(exc)}")
+
+    # -- Docker ---------------------------------------------------------------------------------
+    own_client = client is None
+    docker_ok = False
+    try:
+        if client is None:
+            from .runtimes.docker import docker_client
+
+            client = docker_client(timeout=30)
+        v = client.version()
+        host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        rep.add("docker", "ok", f"Docker {v.get('Version', '?')} (API {v.get('ApiVersion', '?')}, "
+                f"{v.get('Os', '?')}/{v.get('Arch', '?')}) answers at {host}")
+        docker_ok = True
+    except ImportError as exc:
+        rep.add("docker", "error", f"the Docker SDK for Python is missing ({exc})", "pip install docker")
+        client = None
+    except Exception as exc:  # noqa: BLE001  RuntimeUnavailable, APIError, OSError
+        rep.add("docker", "error", _one_line(exc), FIX_DOCKER)
+        client = None
+
+    # -- NVML / driver --------------------------------------------------------------------------
+    driver: str | None = None
+    gpus: list[tuple[int, Any, Any]] = []  # (index, handle, GpuInfo)
+    try:
+        from .gpu import GpuError, Nvml
+
+        try:
+            nvml = nvml if nvml is not None else Nvml()
+            n = nvml.count()
+            for i in range(n):
+                h = nvml.handle(i)
+                gpus.append((i, h, nvml.info(i, h)))
+            if gpus:
+                driver = gpus[0][2].driver
+                names = "; ".join(f"{i}: {g.name} {g.total_mib:,.0f} MiB {g.uuid}" for i, _, g in gpus)
+                cuda = gpus[0][2].cuda_driver_version
+                rep.add("nvml", "ok", f"NVIDIA driver {driver}{f' (CUDA {cuda})' if cuda else ''}, "
+                        f"{len(gpus)} GPU(s): {names}")
+            else:
+                rep.add("nvml", "error", f"NVIDIA driver {nvml.lib.nvmlSystemGetDriverVersion()} sees no GPU",
+                        "check that the GPU is attached (nvidia-smi, lspci | grep -i nvidia)")
+        except GpuError as exc:
+            msg = str(exc).split("; on a host without a GPU")[0]
+            rep.add("nvml", "error", msg if msg.startswith("no NVIDIA driver") else f"no NVIDIA driver: {msg}",
+                    FIX_DRIVER)
+    except Exception as exc:  # noqa: BLE001
+        rep.add("nvml", "error", f"NVML failed: {_one_line(exc)}", FIX_DRIVER)
+
+    # -- images present -------------------------------------------------------------------------
+    rows: list[dict[str, Any]] = []
+    if compose is not None:
+        try:
+            from .imagestore import image_rows
+
+            rows = image_rows(client, compose, list(compose.services))  # no client: all "absent"
+        except Exception as exc:  # noqa: BLE001
+            rep.add("images", "error", f"listing the engine images failed: {_one_line(exc)}")
+    rep.images = [{k: r[k] for k in ("service", "variant", "image", "present", "short_id", "repo_digests",
+                                     "framework_version", "cuda_version", "expected_cuda_version")} for r in rows]
+    run_rows = []
+    if compose is not None:
+        for svc in compose.services.values():
+            v = variant if variant in svc.variants else None
+            name = compose.image(svc.name, v)
+            row = next((r for r in rows if r["image"] == name and r["service"] == svc.name), None)
+            run_rows.append((svc.name, name, row))
+            if client is None:
+                rep.add(f"image:{svc.name}", "skip", f"{name}: not checked (no Docker daemon)")
+            elif row is not None and row["present"]:
+                digest = f", {row['repo_digests'][0]}" if row["repo_digests"] else ""
+                rep.add(f"image:{svc.name}", "ok", f"{name} present ({row['short_id']}, "
+                        f"{row['framework_version'] or '?'}, CUDA {row['cuda_version'] or '?'}{digest})")
+            else:
+                rep.add(f"image:{svc.name}", "warn", f"{name} is not present",
+                        f"kitctl images build {svc.name}{' --variant ' + v if v else ''} "
+                        f"(or kitctl images pull {svc.name} --registry HOST:PORT)")
+
+    # -- NVIDIA container runtime ---------------------------------------------------------------
+    nvidia_ok = False
+    if client is None:
+        rep.add("nvidia-runtime", "skip", "not checked: no Docker daemon", FIX_DOCKER)
+    else:
+        present = [r["image"] for r in rows if r["present"]]
+        runtimes = ", ".join(sorted((_safe_info(client).get("Runtimes") or {}).keys())) or "?"
+        if not present:
+            rep.add("nvidia-runtime", "warn",
+                    f"cannot be probed without an engine image (daemon runtimes: {runtimes})",
+                    "build one first: kitctl images build")
+        elif not probe:
+            rep.add("nvidia-runtime", "skip", "probe skipped (--no-probe)")
+        else:
+            from .runtimes.docker import NO_NVIDIA_RUNTIME, probe_gpu
+
+            try:
+                reason = probe_gpu(client, present[0], gpus[0][2].uuid if gpus else None, timeout_s=120)
+            except Exception as exc:  # noqa: BLE001
+                reason = _one_line(exc)
+            if reason is None:
+                nvidia_ok = True
+                rep.add("nvidia-runtime", "ok", f"a container with a GPU DeviceRequest starts "
+                        f"(probe with {present[0]}, removed)")
+            else:
+                no_toolkit = "NVIDIA Container Toolkit" in reason or "nvidia" not in runtimes
+                if reason == NO_NVIDIA_RUNTIME:
+                    reason = "the Docker daemon has no NVIDIA runtime: a container with a GPU DeviceRequest does not start"
+                rep.add("nvidia-runtime", "error", f"{reason} (probe with {present[0]}; daemon runtimes: {runtimes})",
+                        FIX_TOOLKIT if no_toolkit else "check `docker run --rm --gpus all IMAGE nvidia-smi` "
+                        "and the daemon's log")
+
+    # -- driver vs each image's CUDA -------------------------------------------------------------
+    major = _driver_major(driver)
+    seen: set[str] = set()
+    for r in rows:
+        if r["image"] in seen:
+            continue
+        seen.add(r["image"])
+        cuda = r["cuda_version"] if r["present"] else r["expected_cuda_version"]
+        kind, need = cuda_requirement(cuda)
+        where = "" if r["present"] else (" (not built; CUDA from compose.yaml)" if client is not None
+                                         else " (CUDA from compose.yaml)")
+        name = f"cuda:{r['image']}"
+        if kind == "cpu":
+            rep.add(name, "ok", f"CPU build (CUDA none){where}: runs anywhere, --device cpu only")
+            if r["present"]:
+                rep.cpu_only.append(r["image"])
+        elif kind == "unknown" or need is None:
+            rep.add(name, "warn", f"CUDA {cuda or 'unknown'}{where}: no known driver minimum",
+                    "check NVIDIA's CUDA compatibility table against `nvidia-smi`")
+        elif major is None:
+            rep.add(name, "error", f"CUDA {cuda} needs driver ≥ {need}; no NVIDIA driver here{where}",
+                    FIX_DRIVER.replace("≥ 580 for CUDA 13 images", f"≥ {need}"))
+        elif major < need:
+            rep.add(name, "error", f"CUDA {cuda} needs driver ≥ {need}, this host has {driver}{where}",
+                    f"upgrade the NVIDIA driver to ≥ {need}, or build an image for an older CUDA "
+                    f"(--build-arg CUDA_VERSION=… with a matching base and lock)")
+        else:
+            rep.add(name, "ok", f"CUDA {cuda} needs driver ≥ {need}; {driver} runs it{where}")
+            if r["present"]:
+                rep.runnable.append(r["image"])
+
+    if seen:
+        cannot = [c.name[len("cuda:"):] for c in rep.checks if c.name.startswith("cuda:") and c.level != "ok"]
+        can = [*rep.runnable, *(f"{i} (--device cpu only)" for i in rep.cpu_only)]
+        rep.add("cuda", "ok" if rep.runnable else "warn",
+                f"this host can run: {', '.join(can) or 'no present engine image'}"
+                + (f"; cannot run: {', '.join(cannot)}" if cannot else ""),
+                None if rep.runnable else "a GPU run needs a present image whose CUDA this driver supports")
+
+    # -- GPU idle -------------------------------------------------------------------------------
+    if not gpus:
+        rep.add("gpu-idle", "skip", "not checked: no GPU through NVML")
+    for i, h, g in gpus:
+        try:
+            from .gpu import check_idle
+
+            busy = check_idle(nvml, h, idle_threshold_mib)
+            if busy is None:
+                rep.add(f"gpu-idle:{i}", "ok", f"GPU {i} idle ({nvml.used_mib(h):,.0f} MiB in use, "
+                        f"threshold {idle_threshold_mib:,.0f} MiB)")
+            else:
+                rep.add(f"gpu-idle:{i}", "warn", busy,
+                        "stop those processes or pick another GPU (--gpu); a busy GPU lowers the max batch "
+                        "(--require-gpu-idle refuses to start)")
+        except Exception as exc:  # noqa: BLE001
+            rep.add(f"gpu-idle:{i}", "warn", f"GPU {i}: reading its memory failed: {_one_line(exc)}")
+
+    # -- disk -----------------------------------------------------------------------------------
+    if client is None:
+        rep.add("disk", "skip", "not checked: no Docker daemon")
+    else:
+        root = _safe_info(client).get("DockerRootDir")
+        try:
+            if not root:
+                raise OSError("the daemon did not report DockerRootDir")
+            du = shutil.disk_usage(root)
+            free = du.free / 2**30
+            detail = f"{free:,.1f} GiB free of {du.total / 2**30:,.0f} GiB at {root} (Docker's data root)"
+            if free < min_free_gib:
+                rep.add("disk", "warn", f"{detail}: below {min_free_gib:.0f} GiB",
+                        "free space: kitctl clean --images, docker image prune, or move Docker's data-root")
+            else:
+                rep.add("disk", "ok", detail)
+        except OSError as exc:
+            rep.add("disk", "skip", f"cannot see Docker's data root {root or '?'} from here "
+                    f"({exc.strerror or exc}); a remote daemon?")
+
+    # -- orphans --------------------------------------------------------------------------------
+    if client is not None:
+        try:
+            from .runtimes.docker import sweep_orphans
+
+            orphans = sweep_orphans(client, dry_run=True)
+            if orphans:
+                rep.add("orphans", "warn", f"{len(orphans)} orphaned kit container(s): {', '.join(orphans)}",
+                        "kitctl clean")
+            else:
+                rep.add("orphans", "ok", "no orphaned kit containers")
+        except Exception as exc:  # noqa: BLE001
+            rep.add("orphans", "warn", f"listing kit containers failed: {_one_line(exc)}")
+
+    # -- verdict --------------------------------------------------------------------------------
+    why = []
+    if not docker_ok:
+        why.append("no Docker daemon")
+    if not gpus:
+        why.append("no GPU through NVML")
+    if client is not None and not nvidia_ok:
+        why.append("the daemon cannot attach a GPU (NVIDIA Container Toolkit)")
+    if gpus and not rep.runnable:
+        why.append("no present engine image this driver can run")
+    rep.gpu_run = not why
+    if rep.gpu_run:
+        rep.add("gpu-run", "ok", f"a GPU run can start here: kitctl run maxbatch --runtime docker "
+                f"(images: {', '.join(rep.runnable)})")
+    else:
+        cpu = (f"; --device cpu can still run with {', '.join(rep.cpu_only)}" if rep.cpu_only and docker_ok else "")
+        rep.add("gpu-run", "error", f"a GPU run cannot start here: {'; '.join(why)}{cpu}",
+                "fix the ✗ lines above")
+
+    if own_client and client is not None:
+        try:
+            client.close()
+        except Exception:  # noqa: BLE001
+            pass
+    return rep
+
+
+def _safe_info(client: Any) -> dict[str, Any]:
+    try:
+        return client.info() or {}
+    except Exception:  # noqa: BLE001
+        return {}
+
+
+_STYLE = {"ok": "green", "warn": "yellow", "skip": "yellow", "error": "red"}
+
+
+def print_report(rep: Report, console: Console) -> None:
+    width = min(max((len(c.name) for c in rep.checks), default=8), 16)
+    for c in rep.checks:
+        console.print(Text.assemble((c.symbol, _STYLE.get(c.level, "")), " ", (f"{c.name:<{width}}", "bold"),
+                                    "  ", c.detail))
+        if c.fix and c.level != "ok":
+            console.print(Text(f"    fix: {c.fix}", style="dim"))
+
+
+def doctor(
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: every check {name, ok, level, detail, fix}."),
+    variant: Optional[str] = typer.Option(None, envvar="KITCTL_IMAGE_VARIANT",
+                                          help="Check this build variant's images as the ones a run uses."),
+    idle_threshold: float = typer.Option(IDLE_THRESHOLD_MIB, help="MiB in use above which a GPU is not idle."),
+    min_free_gib: float = typer.Option(MIN_FREE_GIB, help="Warn when Docker's data root has less free space (GiB)."),
+    probe: bool = typer.Option(True, "--probe/--no-probe", help="Start a throw-away GPU container to test the NVIDIA runtime."),
+) -> None:
+    """Check this host for a GPU run: Docker, NVIDIA runtime, driver vs image CUDA, GPU idle, images, disk.
+
+    Exit 0 when a GPU run can start, 1 when it cannot.
+    """
+    rep = run_checks(variant=variant or None, idle_threshold_mib=idle_threshold, min_free_gib=min_free_gib,
+                     probe=probe)
+    if as_json:
+        print(json.dumps(rep.to_json(), indent=2))
+    else:
+        print_report(rep, Console(highlight=False, soft_wrap=True))
+    raise typer.Exit(rep.exit_code)

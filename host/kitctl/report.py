@@ -1,0 +1,664 @@
+"""`kitctl report`: Markdown a team can paste into a pull request or a blog post.
+
+`render(sources, plots, link_dir)` is a pure function of the result files (no clock, no
+absolute paths): the same artifacts give the same bytes, so reports can be diffed and tested
+against golden files. One file gives one report; several give an overview (every engine ×
+precision side by side, the reference runner's numbers beside kitctl's) and then one section
+per file.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable
+
+from . import reference
+from .plots import PlotFile
+from .sources import KITCTL, Source
+from .summary import (CAPACITY_STATUSES, MEMORY_FAILURES, Ratio, Row, engine_label,
+                      failures_below_pass, peak_inversions, ratio_pairs, throughput_ratio_pairs)
+
+_MODEL_NAMES = {"resnet50": "ResNet-50"}
+
+
+# ---- small formatting helpers ---------------------------------------------------------------
+
+def _cell(x: Any) -> str:
+    return str(x).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(headers: list[str], rows: list[list[Any]], right: set[int] | None = None) -> list[str]:
+    right = right or set()
+    out = ["| " + " | ".join(headers) + " |",
+           "| " + " | ".join("---:" if i in right else "---" for i in range(len(headers))) + " |"]
+    out += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows]
+    return out
+
+
+def _int(x: Any) -> str:
+    return f"{x:,}" if isinstance(x, int) and not isinstance(x, bool) else "—"
+
+
+def _mib(x: float | None, digits: int = 0) -> str:
+    return "—" if x is None else f"{x:,.{digits}f} MiB"
+
+
+def _num(x: float | None, digits: int = 0) -> str:
+    return "—" if x is None else f"{x:,.{digits}f}"
+
+
+def cudnn_text(v: Any) -> str:
+    """91900 → "9.19.0"; 8907 → "8.9.7"; strings pass through."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        if v >= 10000:
+            return f"{v // 10000}.{(v % 10000) // 100}.{v % 100}"
+        if v >= 1000:
+            return f"{v // 1000}.{(v % 1000) // 100}.{v % 100}"
+    return str(v)
+
+
+def _when(iso: str | None) -> str:
+    if not iso:
+        return "—"
+    try:
+        return datetime.fromisoformat(iso).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except ValueError:
+        return iso
+
+
+def _duration(a: str | None, b: str | None) -> str | None:
+    try:
+        s = int((datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds())  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    if s < 0:
+        return None
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h} h {m} min" if h else f"{m} min {sec} s" if m else f"{sec} s"
+
+
+def _join(items: list[str]) -> str:
+    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else (items[0] if items else "")
+
+
+def _argv_text(argv: list[str]) -> str:
+    if not argv:
+        return "(not recorded)"
+    return shlex.join(["kitctl", *argv[1:]])
+
+
+def _cell_label(engine: str, precision: str) -> str:
+    return f"{engine_label(engine)} {precision}"
+
+
+def _heading(level: int) -> Callable[[str], str]:
+    return lambda text: "#" * level + " " + text
+
+
+# ---- the report -----------------------------------------------------------------------------
+
+def title(src: Source) -> str:
+    if src.kind == KITCTL:
+        cfg = src.doc["configuration"]
+        what = "Max batch" if src.benchmark == "maxbatch" else "Training throughput"
+        model = _MODEL_NAMES.get(cfg.get("model"), cfg.get("model"))
+        return f"{what} — {model}, {cfg.get('dataset')} data · {src.machine_short}"
+    return f"Reference max batch — {src.doc.get('dataset', '?')} · {src.machine_short}"
+
+
+def render(sources: list[Source], plots: list[PlotFile] | None = None, link_dir: Path | None = None) -> str:
+    """The whole report. `link_dir`: the folder the Markdown file will live in (plots are
+    linked relative to it); None means the current directory."""
+    plots = plots or []
+    base = Path(link_dir) if link_dir is not None else Path(".")
+    lines: list[str] = []
+    if len(sources) == 1:
+        lines += _source_section(sources[0], 1, plots, base, None)
+    else:
+        lines += [f"# kitctl report — {len(sources)} results", ""]
+        lines += _overview(sources, plots, base)
+        for n, src in enumerate(sources, 1):
+            lines += _source_section(src, 2, plots, base, n)
+    while lines and lines[-1] == "":
+        lines.pop()
+    return "\n".join(lines) + "\n"
+
+
+def _link(p: PlotFile, base: Path) -> str:
+    rel = os.path.relpath(os.path.abspath(p.path), os.path.abspath(base))
+    return Path(rel).as_posix()
+
+
+def _plot_lines(files: list[PlotFile], base: Path) -> list[str]:
+    out = []
+    for p in files:
+        out += [f"![{p.title}]({_link(p, base)})", ""]
+    return out
+
+
+def _overview(sources: list[Source], plots: list[PlotFile], base: Path) -> list[str]:
+    h = _heading(2)
+    lines = [h("Overview"), ""]
+    lines += _table(["#", "Result file", "Kind", "Benchmark", "GPU", "Date", "State"],
+                    [[f"[{n}]", f"`{s.name}`", "kitctl" if s.kind == KITCTL else "reference runner", s.benchmark,
+                      s.machine_short, _when(s.created), s.state] for n, s in enumerate(sources, 1)])
+    lines.append("")
+    for bench, unit in (("maxbatch", "max batch"), ("throughput", "images/s (median)")):
+        group = [(n, s) for n, s in enumerate(sources, 1) if s.benchmark == bench]
+        if len(group) < 2:
+            continue
+        keys: list[tuple[str, str]] = []
+        vals: dict[tuple[int, str, str], str] = {}
+        nums: dict[tuple[int, str, str], tuple[float, bool]] = {}  # value, is a lower bound
+        for n, s in group:
+            if bench == "maxbatch":
+                for r in s.rows:
+                    keys.append((r.engine, r.precision))
+                    vals[(n, r.engine, r.precision)] = _row_value(r)
+                    if r.search_status in CAPACITY_STATUSES and r.max_batch:
+                        nums[(n, r.engine, r.precision)] = (float(r.max_batch),
+                                                            r.search_status == "censored_at_max_batch")
+            else:
+                for t in s.tput:
+                    keys.append((t.engine, t.precision))
+                    vals[(n, t.engine, t.precision)] = _num(t.median)
+                    if t.median:
+                        nums[(n, t.engine, t.precision)] = (t.median, False)
+        keys = list(dict.fromkeys(keys))
+        first = group[0][0]
+
+        def ratio(n: int, e: str, p: str) -> str:
+            a, b = nums.get((n, e, p)), nums.get((first, e, p))
+            if not a or not b or (a[1] and b[1]):
+                return "—"
+            return ("≥ " if a[1] else "≤ " if b[1] else "") + f"{a[0] / b[0]:.2f}×"
+
+        later = [n for n, _ in group[1:]]
+        lines += [f"Side by side, {unit} (ratios against [{first}]):", ""]
+        lines += _table(["Engine", "Precision", *[f"[{n}] {s.machine_short}" for n, s in group],
+                         *[f"[{n}] ÷ [{first}]" for n in later]],
+                        [[engine_label(e), p, *[vals.get((n, e, p), "—") for n, _ in group],
+                          *[ratio(n, e, p) for n in later]] for e, p in keys],
+                        right=set(range(2, 2 + len(group) + len(later))))
+        lines.append("")
+    overview_plots = [p for p in plots if p.source is None]
+    if overview_plots:
+        lines += _plot_lines(overview_plots, base)
+    return lines
+
+
+def _row_value(r: Row) -> str:
+    if not r.max_batch or r.search_status in ("invalid_non_memory_failure", "no_passing_batch"):
+        return "—" if r.search_status not in ("invalid_non_memory_failure", "no_passing_batch") else "none"
+    return ("≥ " if r.search_status == "censored_at_max_batch" else "") + f"{r.max_batch:,}"
+
+
+def _source_section(src: Source, level: int, plots: list[PlotFile], base: Path, n: int | None) -> list[str]:
+    h, hh = _heading(level), _heading(level + 1)
+    lines = [h((f"[{n}] " if n else "") + title(src)), ""]
+    lines += [_meta_line(src), ""]
+    note = src.doc.get("note")
+    if isinstance(note, str) and note:
+        lines += [f"> **Note:** {note}", ""]
+    if src.benchmark == "maxbatch":
+        lines += [hh("Result"), ""] + _maxbatch_table(src) + [""]
+        ratios = ratio_pairs(src.rows)
+        what = "max batch"
+    else:
+        lines += [hh("Result"), ""] + _throughput_table(src) + [""]
+        ratios = throughput_ratio_pairs(src.tput)
+        what = "median images/s"
+    lines += [hh("Headline ratios"), ""]
+    if ratios:
+        lines += _ratio_table(ratios) + [""]
+    else:
+        lines += [f"_Fewer than two engines with a {what} per precision: no ratios._", ""]
+    lines += [hh("Caveats"), ""]
+    cav = caveats(src)
+    lines += [f"- {c}" for c in cav] if cav else ["_None detected._"]
+    lines.append("")
+    mine = [p for p in plots if p.source == src.name]
+    if mine:
+        lines += [hh("Plots"), ""] + _plot_lines(mine, base)
+    lines += [hh("What is measured"), ""] + _table(["Item", "Value"], measured(src)) + [""]
+    lines += [hh("Machine and software"), ""] + _table(["Item", "Value"], machine(src)) + [""]
+    lines += [hh("Reproduce"), ""] + reproduce(src) + [""]
+    return lines
+
+
+def _meta_line(src: Source) -> str:
+    d = src.doc
+    if src.kind == KITCTL:
+        parts = [f"`{src.name}`", f"run `{d['run_id']}`", src.state + (f" ({d['interrupted_by']})"
+                                                                       if src.state != "complete" and d.get("interrupted_by") else "")]
+        end = d.get("finished_utc") or d.get("updated_utc")
+        dur = _duration(d.get("created_utc"), end)
+        parts.append(_when(d.get("created_utc")) + (f", {dur}" if dur else ""))
+        cands = sum(len(c.get("trials", [])) for c in d["results"])
+        calib = sum(1 for c in d["results"] if c.get("calibration"))
+        if src.benchmark == "maxbatch":
+            parts.append(f"{cands} candidates" + (f" + {calib} calibration" if calib else ""))
+        else:
+            parts.append(f"{sum(len(c.get('runs') or []) for c in d['results'])} runs")
+        return " · ".join(parts)
+    cells = reference.cells(d)
+    return " · ".join([f"`{src.name}`", f"reference runner `{d.get('benchmark_id')}`",
+                       f"run `{d.get('run_id', '?')}`", _when(src.created),
+                       f"{sum(len(e.get('all_trials', [])) for *_, e in cells)} candidates"])
+
+
+def _maxbatch_table(src: Source) -> list[str]:
+    rows = []
+    for r in src.rows:
+        nxt = f"{r.next_batch:,}" + (f" ({r.next_status})" if r.next_status else "") if r.next_batch else "—"
+        capacity = r.search_status in CAPACITY_STATUSES
+        rows.append([engine_label(r.engine), r.precision, _row_value(r) if r.max_batch else "—",
+                     _mib(r.peak_mib) if capacity else "—", nxt, r.result])
+    if not rows:
+        return ["_No engine × precision has started yet._"]
+    mem = "VRAM" if src.gpu_name is not None else "memory"
+    out = _table(["Engine", "Precision", "Max batch", f"Peak {mem} at max", "Next batch", "Result"], rows,
+                 right={2, 3, 4})
+    srcs = sorted({r.peak_source for r in src.rows if r.peak_source})
+    if src.kind == KITCTL:
+        gate = "B" if src.budget_mib is not None else "the memory limit"
+        foot = (f"Max batch: the largest batch whose candidate passed (the capacity rule below, memory "
+                f"under {gate}); next batch: the verified failure above it. ")
+    else:
+        foot = "Max batch and next batch as the reference runner recorded them. "
+    if srcs:
+        foot += f"Peak {mem} at max: " + "; ".join(srcs) + "."
+    return out + ["", foot.strip()]
+
+
+def _throughput_table(src: Source) -> list[str]:
+    rows = []
+    for t in src.tput:
+        if t.median is not None and t.ci_low is not None and t.ci_high is not None:
+            half = (t.ci_high - t.ci_low) / 2
+            level = f"{t.ci_level * 100:.0f}%: " if t.ci_level else ""
+            ci = f"±{half:,.0f} ({level}{t.ci_low:,.0f}–{t.ci_high:,.0f})"
+        else:
+            ci = "—"
+        rows.append([engine_label(t.engine), t.precision, _int(t.batch), _num(t.median), ci, str(t.runs),
+                     _num(t.warmup_s, 1)])
+    return _table(["Engine", "Precision", "Batch", "images/s (median)", "±CI", "runs", "warm-up s"], rows,
+                  right={2, 3, 4, 5, 6})
+
+
+def _ratio_table(ratios: list[Ratio]) -> list[str]:
+    return _table(["Precision", "Comparison", "Ratio"], [[r.precision, f"{r.a} vs {r.b}", r.value_text]
+                                                        for r in ratios], right={2})
+
+
+# ---- caveats --------------------------------------------------------------------------------
+
+def _kit_cells(src: Source) -> list[dict[str, Any]]:
+    return src.doc["results"] if src.kind == KITCTL else []
+
+
+def _tf32_engines(src: Source) -> list[str]:
+    out = []
+    for c in _kit_cells(src):
+        if c["precision"] != "fp32":
+            continue
+        recs = [t.get("result") for t in c.get("trials", [])] + [(c.get("calibration") or {}).get("result")]
+        recs += [r.get("result") for r in c.get("runs") or []]
+        if any(isinstance(r, dict) and (r.get("settings") or {}).get("tf32") is True for r in recs):
+            out.append(engine_label(c["engine"]))
+    return list(dict.fromkeys(out))
+
+
+def caveats(src: Source) -> list[str]:
+    """Every caveat that applies to this result, in a fixed order."""
+    out: list[str] = []
+    d = src.doc
+    if src.kind == KITCTL and src.state != "complete":
+        out.append(_partial_caveat(src))
+    elif src.kind == KITCTL and d.get("resumes"):
+        by = f" ({d['interrupted_by']})" if d.get("interrupted_by") else ""
+        out.append(f"**Resumed** — the run was interrupted{by} and resumed {len(d['resumes'])}×: the candidates "
+                   f"finished before the interruption were kept, not repeated (see Reproduce).")
+    for r in src.rows:
+        label = _cell_label(r.engine, r.precision)
+        if r.search_status == "censored_at_max_batch":
+            out.append(f"**Censored search** — {label} passed at the largest batch allowed (--max-batch "
+                       f"{r.max_batch:,}) without a failure: {r.max_batch:,} is a lower bound, not a capacity.")
+        elif r.search_status == "invalid_non_memory_failure":
+            out.append(f"**Non-memory failure** — {label}: the search ended on a failure that is not a memory "
+                       f"failure: {r.result.removeprefix('invalid: ')}; no capacity is reported for it.")
+        elif r.search_status == "no_passing_batch":
+            out.append(f"**No passing batch** — {label}: not even the smallest candidate passed.")
+    for c in _kit_cells(src):
+        if c.get("search_status") in CAPACITY_STATUSES:
+            other = [t for t in c.get("trials", []) if t["status"] not in MEMORY_FAILURES and t["status"] != "ok"]
+            if other:
+                what = _join([f"{t['status']} at {t['batch']:,}" for t in other])
+                out.append(f"**Retried failures** — {_cell_label(c['engine'], c['precision'])}: {len(other)} "
+                           f"candidate(s) failed without a memory status ({what}) and were retried.")
+    if src.emulated and src.limit_mib is not None:
+        out.append(f"**Emulated smaller card** — the VRAM limit L = {src.limit_mib:,.0f} MiB is below this "
+                   f"{src.gpu_name}'s {src.card_total_mib:,.0f} MiB: the gate held the device delta under "
+                   f"B = {src.budget_mib:,.0f} MiB, but a physical card of that size may differ (driver "
+                   f"reservations, kernel and allocator choices): read it as \"fits in L on this software "
+                   f"stack\", not as a measurement on that card.")
+    tf32 = _tf32_engines(src)
+    if tf32:
+        out.append(f"**TF32 in fp32** — {_join(tf32)} allowed TF32 tensor-core math for fp32 matmuls and "
+                   f"convolutions: not strict IEEE fp32, and the kernels (and their workspaces) may differ from a "
+                   f"strict-fp32 run.")
+    if src.benchmark == "throughput":
+        single = [_cell_label(t.engine, t.precision) for t in src.tput if t.runs == 1]
+        if single:
+            out.append(f"**One run only** — {_join(single)}: a single run, so no confidence interval; "
+                       f"repeat with more runs before comparing.")
+    else:
+        out.append("**One search** — each engine × precision was searched once and every candidate ran once; "
+                   "the boundary was not repeated.")
+    for (engine, precision), pts in src.points.items():
+        label = _cell_label(engine, precision)
+        for fail, ok in failures_below_pass(pts):
+            out.append(f"**Non-monotone pass/fail** — {label}: batch {fail.batch:,} failed ({fail.status}) "
+                       f"while the larger batch {ok.batch:,} passed; a bisection assumes every batch below a "
+                       f"pass passes, so the max batch may not be the largest that fits.")
+        inv = peak_inversions(pts)
+        if inv:
+            what = _join([f"batch {a.batch:,} peaked at {a.peak_mib:,.0f} MiB, batch {b.batch:,} at "
+                          f"{b.peak_mib:,.0f} MiB" for a, b in inv])
+            out.append(f"**Note: peak memory is not monotone in the batch** — {label}: {what} — typically "
+                       f"allocator and convolution-algorithm choices that change with the batch.")
+    if src.kind == KITCTL:
+        rates = [t["peaks"].get("sample_rate_hz") for c in _kit_cells(src) for t in c.get("trials", [])]
+        rates = [r for r in rates if isinstance(r, (int, float))]
+        if rates and min(rates) < 500:
+            out.append(f"**Slow VRAM sampler** — the NVML sampler reached only {min(rates):,.0f} samples/s "
+                       f"on some candidate (target ≥ 500): a short spike above B may have been missed.")
+        if d["configuration"].get("device") == "cpu":
+            out.append("**CPU run** — no GPU: the memory limit is the candidate's host memory "
+                       "(--memory-limit), not VRAM.")
+    else:
+        cells = reference.cells(d)
+        if not all(reference.peak_source(e).startswith("device delta") for *_, e in cells):
+            out.append("**Reference peaks are device-wide** — the reference runner's `peak_vram_mib` is the "
+                       "device's whole used memory from nvidia-smi (other processes included), sampled by "
+                       "polling; kitctl's peaks are the device delta over the idle baseline, sampled through "
+                       "NVML at ≥ 500/s.")
+    return out
+
+
+def _partial_caveat(src: Source) -> str:
+    d = src.doc
+    by = f" by {d['interrupted_by']}" if d.get("interrupted_by") else ""
+    done = [c for c in d["results"] if c.get("state") == "done"]
+    planned = len(d["configuration"]["engines"]) * len(d["configuration"]["precisions"])
+    unfinished = []
+    for c in d["results"]:
+        if c.get("state") == "done":
+            continue
+        trials = c.get("trials", [])
+        ok = [t["batch"] for t in trials if t["status"] == "ok"]
+        mem = [t["batch"] for t in trials if t["status"] in MEMORY_FAILURES]
+        bits = [f"{len(trials)} candidates so far"]
+        if ok:
+            bits.append(f"largest pass {max(ok):,}")
+        if mem:
+            bits.append(f"smallest memory failure {min(mem):,}")
+        unfinished.append(f"{_cell_label(c['engine'], c['precision'])} ({', '.join(bits)})")
+    resume = (f"`kitctl run maxbatch --resume {src.name}`" if src.name.endswith(".partial.json")
+              else "`kitctl run maxbatch --resume` on its `.partial.json`")
+    text = (f"**Partial result** — the artifact is `{src.state}`{by}: {len(done)} of {planned} engine × precision "
+            f"searches finished")
+    if unfinished:
+        text += f"; unfinished: {'; '.join(unfinished)}"
+    return text + f". Nothing in an unfinished row is a capacity; continue with {resume}."
+
+
+# ---- what is measured, machine, reproduce ---------------------------------------------------
+
+def _results_of(src: Source) -> list[dict[str, Any]]:
+    recs = []
+    for c in _kit_cells(src):
+        for t in [c.get("calibration")] + list(c.get("trials", [])):
+            if t and isinstance(t.get("result"), dict):
+                recs.append((c, t["result"]))
+    return recs
+
+
+def measured(src: Source) -> list[list[str]]:
+    return _measured_kitctl(src) if src.kind == KITCTL else _measured_reference(src)
+
+
+def _measured_kitctl(src: Source) -> list[list[str]]:
+    d, cfg = src.doc, src.doc["configuration"]
+    rows: list[list[str]] = []
+    recs = _results_of(src)
+    if src.benchmark == "maxbatch":
+        rows.append(["Question", "the largest training batch that completes one real step (forward, backward, "
+                     "optimizer update)"])
+    else:
+        rows.append(["Question", "steady-state training images/s at a fixed batch"])
+    data = cfg.get("dataset", "?")
+    if data == "synthetic":
+        gens = {((r.get("settings") or {}).get("data") or {}).get("generator") for _, r in recs} - {None}
+        data += f" (seeded, seed {cfg.get('seed', 0)}" + (f", {sorted(gens)[0]}" if len(gens) == 1 else "") + ")"
+    elif cfg.get("data_dir"):
+        data += f" (`{cfg['data_dir']}`)"
+    rows.append(["Dataset geometry", f"{data}; {cfg.get('input', '?')}"])
+    params = {}
+    impls = {}
+    for c, r in recs:
+        if isinstance(r.get("parameters"), int):
+            params.setdefault(engine_label(c["engine"]), r["parameters"])
+        impl = (r.get("settings") or {}).get("model_impl")
+        if impl:
+            impls.setdefault(engine_label(c["engine"]), impl)
+    model = _MODEL_NAMES.get(cfg.get("model"), cfg.get("model"))
+    net = f"{model} (`{cfg.get('model')}`)"
+    if len(set(params.values())) == 1:
+        net += f", {next(iter(params.values())):,} parameters"
+    elif params:
+        net += ", parameters: " + ", ".join(f"{k} {v:,}" for k, v in params.items())
+    if impls:
+        net += "; " + "; ".join(f"{k}: {v}" for k, v in impls.items())
+    rows.append(["Network", net])
+    rows.append(["Loss / optimizer", f"{cfg.get('loss', '?')} / {cfg.get('optimizer', '?')}"])
+    if src.benchmark == "maxbatch":
+        rows.append(["Steps per candidate", cfg.get("steps", "?")])
+    prec = ", ".join(cfg.get("precisions", []))
+    tf32 = _tf32_engines(src)
+    if tf32:
+        prec += f" (TF32 allowed in fp32: {_join(tf32)})"
+    rows.append(["Precision", prec])
+    fresh = "a fresh container" if d["runtime"]["name"] == "docker" else "a fresh subprocess"
+    if src.benchmark == "maxbatch":
+        gate = ("device delta ≤ B" if src.budget_mib is not None else
+                "no host OOM kill under --memory-limit" if cfg.get("memory_limit_mib") else "no memory failure")
+        rows.append(["Capacity rule", f"a candidate passes ⇔ exit 0, status `ok`, finite losses, {gate}; "
+                     f"each candidate is {fresh} ({d['runtime']['name']} runtime)"])
+        strategy = cfg.get("strategy")
+        if strategy == "protocol":
+            rule = (f"`protocol`: start at {_int(cfg.get('start_batch'))}; double until the first failure or "
+                    f"--max-batch {_int(cfg.get('max_batch'))}; bisect to resolution 1; verify that max + 1 "
+                    f"fails; a timeout/crash/error is retried once, twice stops the engine")
+        else:
+            rule = f"`{strategy}` (start {_int(cfg.get('start_batch'))}, --max-batch {_int(cfg.get('max_batch'))})"
+        rows.append(["Search rule", rule])
+    else:
+        rows.append(["Speed rule", f"batch {_int(cfg.get('batch'))}; {_int(cfg.get('warmup_steps'))} warm-up "
+                     f"steps, then {_int(cfg.get('steps'))} timed steps; images/s = images ÷ timed window; "
+                     f"{_int(cfg.get('runs'))} runs, each {fresh}; median and "
+                     + (f"{cfg['ci_level'] * 100:.0f}% " if isinstance(cfg.get("ci_level"), (int, float)) else "")
+                     + "confidence interval over runs"])
+    b = d.get("budget")
+    if b:
+        emu = f", emulating a smaller card on {src.card_total_mib:,.0f} MiB" if b.get("emulated_smaller_card") else ""
+        rows.append(["VRAM rule", f"L = {b['limit_mib']:,} MiB ({b['limit_source']}{emu}), R = {b['reserve_mib']:,} "
+                     f"MiB, B = L − R = {b['budget_mib']:,} MiB; a host thread samples NVML and kills a candidate "
+                     f"the moment its device delta (used − idle baseline) exceeds B"])
+    elif cfg.get("memory_limit_mib"):
+        rows.append(["Memory rule", f"--memory-limit {cfg['memory_limit_mib']:,} MiB of host memory per candidate"])
+    for c in _kit_cells(src):
+        o = c.get("overhead")
+        if not o:
+            continue
+        text = (f"{_num(o.get('overhead_mib'), 1)} MiB = device delta {_num(o.get('device_delta_peak_mib'), 1)} − "
+                f"framework peak {_num(o.get('framework_peak_mib'), 1)} at batch {_int(o.get('batch'))}")
+        if c.get("framework_budget_mib") is not None:
+            cap = (d["engines"].get(c["engine"]) or {}).get("framework_cap", "")
+            text += f"; framework told B − overhead = {c['framework_budget_mib']:,} MiB" + (f" ({cap})" if cap else "")
+        rows.append([f"Calibrated overhead, {_cell_label(c['engine'], c['precision'])}", text])
+    rates = [t["peaks"].get("sample_rate_hz") for c in _kit_cells(src)
+             for t in [c.get("calibration")] + list(c.get("trials", [])) if t]
+    rates = [r for r in rates if isinstance(r, (int, float))]
+    if rates:
+        rows.append(["VRAM sampler", f"NVML, {min(rates):,.0f}–{max(rates):,.0f} samples/s achieved over "
+                     f"{len(rates)} trials incl. calibration (target ≥ 500)"])
+    rows.append(["cuDNN autotuning", "on (--cudnn-benchmark)" if cfg.get("cudnn_benchmark") else "off"])
+    rows.append(["Timeout", f"{cfg.get('timeout_s', 0):,.0f} s per candidate"])
+    return rows
+
+
+def _measured_reference(src: Source) -> list[list[str]]:
+    d = src.doc
+    cfg = d.get("configuration") or {}
+    proto = d.get("protocol") or {}
+    rows = [["Question", "the largest training batch that completes a real training step (reference runner)"]]
+    shape = cfg.get("input_shape")
+    geo = "×".join(str(x) for x in shape) + " inputs" if isinstance(shape, list) else "?"
+    rows.append(["Dataset geometry", f"{d.get('dataset', '?')}; {geo}, {cfg.get('classes', '?')} classes"])
+    rows.append(["Network", str(cfg.get("model", "?"))])
+    rows.append(["Loss / optimizer", f"{cfg.get('loss', '?')} / {cfg.get('optimizer', '?')}"])
+    precs = sorted({p for _, p, _, _ in reference.cells(d)})
+    rows.append(["Precision", ", ".join(precs)])
+    q = proto.get("quality_rule") or {}
+    m = proto.get("measurement_rule") or {}
+    if q or m:
+        rows.append(["Capacity rule", "; ".join(x for x in [
+            f"{q.get('metric')} = {q.get('target')} ({q.get('status')})" if q else "",
+            str(m.get("warmup") or ""), str(m.get("runs") or "")] if x)])
+    rule = str(m.get("aggregation") or "")
+    if cfg.get("max_batch_limit"):
+        rule += f"{'; ' if rule else ''}max batch limit {cfg['max_batch_limit']:,}"
+    if rule:
+        rows.append(["Search rule", rule])
+    if src.budget_mib is not None:
+        rows.append(["VRAM rule", f"cap = card total {_num(src.card_total_mib)} − reserve "
+                     f"{_int(cfg.get('vram_reserve_mib'))} = {src.budget_mib:,.0f} MiB (the trials' `vram_cap_mib`)"])
+    srcs = sorted({reference.peak_source(e) for *_, e in reference.cells(d)})
+    rows.append(["Peaks", "; ".join(srcs)])
+    return rows
+
+
+def _versions_text(v: dict[str, Any] | None) -> str:
+    if not v:
+        return "not reported"
+    v = dict(v)
+    parts = []
+    fw = v.pop("framework", None)
+    if fw and fw in v:
+        parts.append(f"{fw} {v.pop(fw)}")
+    if "cuda" in v:
+        parts.append(f"CUDA {v.pop('cuda')}")
+    if "cudnn" in v:
+        parts.append(f"cuDNN {cudnn_text(v.pop('cudnn'))}")
+    for k in ("device", "trial_protocol"):
+        v.pop(k, None)
+    if "python" in v:
+        parts.append(f"Python {v.pop('python')}")
+    parts += [f"{k} {cudnn_text(x) if 'cudnn' in k else x}" for k, x in v.items()]
+    return " · ".join(parts)
+
+
+def _provenance_text(p: dict[str, Any]) -> str:
+    if not p:
+        return "not recorded"
+    if p.get("runtime") == "docker" or p.get("id"):
+        bits = [f"image `{p.get('image', '?')}`"]
+        if p.get("id"):
+            bits.append(f"id `{str(p['id'])[:19]}`")
+        digests = p.get("repo_digests") or []
+        bits.append(f"digest `{digests[0]}`" if digests else "no repo digest (local build)")
+        return ", ".join(bits)
+    return f"local interpreter `{p.get('interpreter', '?')}`" + (f", trial `{p['trial']}`" if p.get("trial") else "")
+
+
+def machine(src: Source) -> list[list[str]]:
+    return _machine_kitctl(src) if src.kind == KITCTL else _machine_reference(src)
+
+
+def _machine_kitctl(src: Source) -> list[list[str]]:
+    d = src.doc
+    host = d.get("host") or {}
+    g = host.get("gpu")
+    rows: list[list[str]] = []
+    if g:
+        rows.append(["GPU", f"{g.get('name')} · UUID `{g.get('uuid')}` · PCI {g.get('pci_bus_id', '?')} · "
+                     f"MIG {g.get('mig_mode')}"])
+        rows.append(["Driver", f"{g.get('driver')}" + (f" (CUDA driver {g['cuda_driver_version']})"
+                                                       if g.get("cuda_driver_version") else "")])
+        mem = f"{g.get('total_mib', 0):,.0f} MiB total"
+        if src.emulated and src.limit_mib:
+            mem += f"; VRAM limit L = {src.limit_mib:,.0f} MiB (emulated smaller card)"
+        rows.append(["Memory", mem])
+        c, mx = g.get("clocks_mhz") or {}, g.get("max_clocks_mhz") or {}
+        if c:
+            rows.append(["Clocks at start", f"SM {_int(c.get('sm'))} MHz (max {_int(mx.get('sm'))}), memory "
+                         f"{_int(c.get('memory'))} MHz; power limit {_num(g.get('power_limit_w'))} W; "
+                         f"persistence {g.get('persistence_mode', '?')}"])
+    else:
+        rows.append(["GPU", "none (CPU run)"])
+    rows.append(["Host", f"{host.get('hostname')} · {host.get('cpu_count', '?')} CPUs · {host.get('platform')} · "
+                 f"controller Python {host.get('python')}"])
+    rt = d.get("runtime") or {}
+    rtext = rt.get("name", "?")
+    if rt.get("name") == "docker":
+        rtext += f" (Docker {host.get('docker_version') or '?'}): a fresh container per candidate"
+    else:
+        rtext += ": a fresh subprocess per candidate"
+    rows.append(["Runtime", rtext])
+    for name, e in d.get("engines", {}).items():
+        rows.append([e.get("label") or engine_label(name), f"{_provenance_text(e.get('provenance') or {})}; "
+                     f"{_versions_text(e.get('versions'))}"])
+    k = d.get("kit") or {}
+    kit = f"kitctl {k.get('version')}"
+    if k.get("git_commit"):
+        kit += f" · commit `{k['git_commit'][:12]}`"
+        if k.get("git_dirty") is not None:
+            kit += " (uncommitted changes)" if k["git_dirty"] else " (clean)"
+    else:
+        kit += " · git commit not recorded"
+    rows.append(["Kit", kit])
+    return rows
+
+
+def _machine_reference(src: Source) -> list[list[str]]:
+    d = src.doc
+    m = d.get("machine") or {}
+    g = m.get("gpu") or {}
+    rows = [["GPU", str(g.get("name", "?"))], ["Driver", str(g.get("driver_version", "?"))],
+            ["Memory", f"{_num(src.card_total_mib)} MiB total"]]
+    v = m.get("versions") or {}
+    rows.append(["Versions", " · ".join(f"{k} {cudnn_text(x) if 'cudnn' in k else x}" for k, x in v.items())
+                 or "not reported"])
+    names = {kit: ref for kit, _, ref, _ in reference.cells(d)}
+    rows.append(["Engines", ", ".join(f"`{ref}` → {engine_label(kit)}" for kit, ref in names.items())])
+    rows.append(["Runner", f"reference runner, commit `{d.get('git_commit', '?')}`"])
+    return rows
+
+
+def reproduce(src: Source) -> list[str]:
+    d = src.doc
+    if src.kind != KITCTL:
+        cmd = (d.get("commands") or {}).get("run")
+        return ["```bash", cmd, "```"] if cmd else ["_The reference file records no command._"]
+    out = ["```bash", _argv_text(d.get("argv") or []), "```"]
+    resumes = d.get("resumes") or []
+    if resumes:
+        by = f" ({d['interrupted_by']})" if d.get("interrupted_by") else ""
+        out += ["", f"The run was interrupted{by} and continued {len(resumes)}× with:", "", "```bash"]
+        out += [f"{_argv_text(r.get('argv') or [])}  # {r.get('utc', '?')}" for r in resumes]
+        out.append("```")
+    return out

@@ -1,0 +1,142 @@
+"""The report commands: `kitctl report`, `kitctl compare`, `kitctl results list`.
+
+Registered on the main app by `register(app)`. Bad or unreadable files: one line on stderr
+starting `kitctl: `, exit 2. matplotlib is imported only for `report --plots`.
+"""
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .artifact import ArtifactError
+
+EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
+
+_err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _fail(msg: str) -> None:
+    _err.print(f"kitctl: {msg}", markup=False)
+    raise typer.Exit(EXIT_USAGE)
+
+
+def _emit(md: str) -> None:
+    """Markdown on a terminal through rich; raw Markdown when stdout is a pipe or a file."""
+    if sys.stdout.isatty():
+        from rich.markdown import Markdown
+
+        Console(highlight=False).print(Markdown(md))
+    else:
+        sys.stdout.write(md)
+        sys.stdout.flush()
+
+
+def report(
+    results: List[Path] = typer.Argument(..., help="Result files: kitctl artifacts (final or partial) or the reference runner's max-batch JSON."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write the Markdown to this file."),
+    plots: Optional[Path] = typer.Option(None, "--plots", help="Write PNG plots into this folder and link them."),
+) -> None:
+    """Markdown report of one or more results (printed; --out writes it)."""
+    from .report import render
+    from .sources import load_source
+
+    try:
+        sources = [load_source(p) for p in results]
+    except ArtifactError as exc:
+        _fail(str(exc))
+    files = []
+    if plots is not None:
+        from .plots import PlotError, make_plots
+
+        try:
+            files = make_plots(sources, plots)
+        except PlotError as exc:
+            _fail(str(exc))
+    link_dir = out.parent if out is not None else Path(".")
+    md = render(sources, files, link_dir)
+    if out is not None:
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(md, encoding="utf-8")
+        except OSError as exc:
+            _fail(f"cannot write {out}: {exc.strerror or exc}")
+    _emit(md)
+    if out is not None:
+        _err.print(f"report: {out}" + (f" (plots: {plots}, {len(files)} PNG)" if plots is not None else ""),
+                   markup=False)
+
+
+def compare(
+    old: Path = typer.Argument(..., help="The baseline result file."),
+    new: Path = typer.Argument(..., help="The result to check against it."),
+    threshold: float = typer.Option(5.0, "--threshold", help="Percent drop that counts as a regression (exit 1)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Also write the comparison as Markdown."),
+) -> None:
+    """Per engine × precision change between two results; exit 1 on a regression beyond --threshold."""
+    from . import compare as cmpmod
+    from .sources import load_source
+    from .summary import engine_label
+
+    if not math.isfinite(threshold) or threshold < 0:
+        _fail(f"--threshold must be a percentage ≥ 0 (got {threshold})")
+    try:
+        o, n = load_source(old), load_source(new)
+        cmp = cmpmod.compare(o, n, threshold)
+    except ArtifactError as exc:
+        _fail(str(exc))
+    if out is not None:
+        try:
+            out.write_text(cmpmod.render_markdown(cmp, o, n), encoding="utf-8")
+        except OSError as exc:
+            _fail(f"cannot write {out}: {exc.strerror or exc}")
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    unit = "max batch" if cmp.benchmark == "maxbatch" else "images/s"
+    t = Table(title=f"{o.name} → {n.name} ({unit}, threshold {threshold:g}%)")
+    for col in ("Engine", "Precision", "OLD", "NEW", "Change", "Flag", "Note"):
+        t.add_column(col, justify="right" if col in ("OLD", "NEW", "Change") else "left")
+    styles = {"regression": "bold red", "improvement": "green"}
+    for c in cmp.changes:
+        t.add_row(engine_label(c.engine), c.precision, c.old, c.new, cmpmod.pct_text(c.pct),
+                  f"[{styles[c.flag]}]{c.flag}[/]" if c.flag in styles else c.flag, c.note)
+    console.print(t)
+    if cmp.context:
+        console.print(f"note: the two results also differ in: {'; '.join(cmp.context)}", markup=False)
+    console.print(cmpmod.verdict(cmp), markup=False)
+    raise typer.Exit(EXIT_REGRESSION if cmp.regressions else EXIT_OK)
+
+
+def results_list(
+    folder: Path = typer.Argument(Path("results"), help="Folder holding result files (default: results/)."),
+) -> None:
+    """Every result file in a folder: benchmark, date, GPU, engines, headline, state."""
+    from .results_list import list_results
+
+    try:
+        entries = list_results(folder)
+    except ArtifactError as exc:
+        _fail(str(exc))
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    if not entries:
+        console.print(f"no result files in {folder}", markup=False)
+        return
+    t = Table(title=f"Results in {folder}")
+    for col in ("File", "Benchmark", "Date", "GPU", "Engines", "Headline", "State"):
+        t.add_column(col, overflow="fold")
+    for e in entries:
+        t.add_row(e.name, e.benchmark, e.date, e.gpu, e.engines, e.headline,
+                  f"[red]{e.state}[/]" if e.state == "unreadable" else e.state)
+    console.print(t)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("report")(report)
+    app.command("compare")(compare)
+    results_app = typer.Typer(no_args_is_help=True, help="Browse result files.")
+    results_app.command("list")(results_list)
+    app.add_typer(results_app, name="results")

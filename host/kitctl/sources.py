@@ -1,0 +1,149 @@
+"""Any result file the reports read, normalised: kitctl artifacts (final or partial, max-batch or
+throughput) and the reference runner's max-batch JSON. `kitctl report`, `compare` and
+`results list` only see a `Source`; a file that is neither is one `ArtifactError` line.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import artifact as art
+from . import reference
+from .artifact import ArtifactError
+from .summary import Row, ThroughputRow, TrialPoint, maxbatch_rows, throughput_rows, trial_points
+
+KITCTL, REFERENCE = "kitctl", "reference"
+
+
+class UnknownKind(ArtifactError):
+    """Valid JSON, but neither a kitctl artifact nor a reference-runner file."""
+
+
+@dataclass
+class Source:
+    path: Path
+    kind: str  # KITCTL | REFERENCE
+    doc: dict[str, Any]
+    benchmark: str  # maxbatch | throughput
+    state: str  # complete | interrupted | running | reference
+    created: str | None  # ISO 8601 (UTC)
+    gpu_name: str | None
+    card_total_mib: float | None
+    limit_mib: float | None  # L
+    budget_mib: float | None  # B (the reference runner: its cap)
+    emulated: bool
+    rows: list[Row] = field(default_factory=list)
+    tput: list[ThroughputRow] = field(default_factory=list)
+    points: dict[tuple[str, str], list[TrialPoint]] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def stem(self) -> str:
+        n = self.path.name
+        for suffix in (art.PARTIAL_SUFFIX, ".json"):
+            if n.endswith(suffix):
+                return n[: -len(suffix)]
+        return n
+
+    @property
+    def machine_short(self) -> str:
+        """"NVIDIA H200", "NVIDIA H200 @ 16,376 MiB" (emulated limit) or "cpu"."""
+        if self.gpu_name is None:
+            return "CPU" if self.kind == KITCTL else "—"
+        if self.emulated and self.limit_mib:
+            return f"{self.gpu_name} @ {self.limit_mib:,.0f} MiB"
+        return self.gpu_name
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except IsADirectoryError:
+        raise ArtifactError(f"{path} is a directory, not a result file") from None
+    except OSError as exc:
+        raise ArtifactError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ArtifactError(f"{path} is not valid JSON (not UTF-8 text)") from None
+    if not text.strip():
+        raise ArtifactError(f"{path} is empty")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        # Input that ends inside a value: the file was cut short (an unterminated string can only
+        # mean end of input, since JSON strings cannot hold raw newlines).
+        ended = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string")
+        hint = "; truncated?" if ended else ""
+        raise ArtifactError(f"{path} is not valid JSON (line {exc.lineno}: {exc.msg}{hint})") from None
+    except RecursionError:
+        raise ArtifactError(f"{path} is not valid JSON (nested too deeply)") from None
+
+
+def _stamp_iso(stamp: Any) -> str | None:
+    m = re.fullmatch(r"(\d{4})(\d\d)(\d\d)T(\d\d)(\d\d)(\d\d)Z", str(stamp or ""))
+    return f"{m[1]}-{m[2]}-{m[3]}T{m[4]}:{m[5]}:{m[6]}+00:00" if m else None
+
+
+def _from_kitctl(path: Path, doc: dict[str, Any]) -> Source:
+    if doc.get("schema_version") != art.SCHEMA_VERSION:
+        raise ArtifactError(f"{path}: kitctl artifact schema_version {doc.get('schema_version')!r} is not "
+                            f"supported (this kitctl reads {art.SCHEMA_VERSION})")
+    try:
+        art.validate(doc)
+    except ArtifactError as exc:
+        raise ArtifactError(f"{path}: {exc}") from None
+    gpu = (doc.get("host") or {}).get("gpu") or None
+    budget = doc.get("budget") or None
+    src = Source(
+        path=path, kind=KITCTL, doc=doc, benchmark=doc["benchmark"], state=doc["state"],
+        created=doc.get("created_utc"), gpu_name=gpu.get("name") if gpu else None,
+        card_total_mib=gpu.get("total_mib") if gpu else None,
+        limit_mib=budget.get("limit_mib") if budget else None,
+        budget_mib=budget.get("budget_mib") if budget else None,
+        emulated=bool(budget and budget.get("emulated_smaller_card")))
+    if src.benchmark == "maxbatch":
+        src.rows = maxbatch_rows(doc)
+        src.points = {(c["engine"], c["precision"]): trial_points(c) for c in doc["results"]}
+    else:
+        src.tput = throughput_rows(doc)
+    return src
+
+
+def _from_reference(path: Path, doc: dict[str, Any]) -> Source:
+    try:
+        cells = reference.cells(doc)
+        gpu = (doc.get("machine") or {}).get("gpu") or {}
+        if not isinstance(gpu, dict):
+            raise reference.ReferenceFormatError("reference machine.gpu is not an object")
+        total = gpu.get("memory_total_mib")
+        cap = reference.cap_mib(doc)
+        src = Source(
+            path=path, kind=REFERENCE, doc=doc, benchmark="maxbatch", state="reference",
+            created=_stamp_iso(doc.get("run_id")) or doc.get("created_utc"), gpu_name=gpu.get("name"),
+            card_total_mib=float(total) if isinstance(total, (int, float)) else None,
+            limit_mib=float(total) if isinstance(total, (int, float)) else None,
+            budget_mib=cap, emulated=False)
+        src.rows = reference.rows(doc)
+        src.points = {(engine, p): reference.trial_points(e) for engine, p, _, e in cells}
+    except reference.ReferenceFormatError as exc:
+        raise ArtifactError(f"{path}: {exc}") from None
+    except (TypeError, KeyError, AttributeError, ValueError) as exc:
+        raise ArtifactError(f"{path}: malformed reference max-batch JSON ({type(exc).__name__}: {exc})") from None
+    return src
+
+
+def load_source(path: Path | str) -> Source:
+    """Read one result file; ArtifactError (one line) when it is unreadable or of no known kind."""
+    path = Path(path)
+    doc = _read_json(path)
+    if isinstance(doc, dict) and doc.get("kind") == "kitctl-artifact":
+        return _from_kitctl(path, doc)
+    if reference.is_reference(doc):
+        return _from_reference(path, doc)
+    raise UnknownKind(f"{path} is neither a kitctl artifact nor a reference max-batch JSON "
+                        f"(no \"kind\": \"kitctl-artifact\" nor \"benchmark_id\")")

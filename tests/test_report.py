@@ -1,0 +1,444 @@
+"""Reports, plots, compare, reference artifacts and `results list` (issue 9).
+
+Golden Markdown: tests/data/*.golden.md are the renderer's output for the committed sample
+artifacts, reviewed by eye. After an intended change to the report, regenerate them with
+`KITCTL_UPDATE_GOLDEN=1 python3 -m pytest tests/test_report.py` and review the diff.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kitctl.artifact import ArtifactError
+from kitctl.compare import compare
+from kitctl.report import caveats, cudnn_text, render
+from kitctl.sources import load_source
+from kitctl.summary import peak_inversions, ratio_pairs, ratios, throughput_ratio_pairs
+
+DATA = Path(__file__).resolve().parent / "data"
+ENTRY = [sys.executable, "-c", "from kitctl.cli import main; main()"]
+UPDATE = os.environ.get("KITCTL_UPDATE_GOLDEN") == "1"
+
+EAGER = DATA / "maxbatch-resnet50-synthetic-20261129T195932Z.json"  # real H200 run (copy of results/)
+PARTIAL = DATA / "maxbatch-resnet50-synthetic-20261129T200957Z.interrupted.json"  # real, interrupted
+SAMPLE = DATA / "maxbatch-sample.json"  # hand-written, several engines
+TPUT = DATA / "throughput-sample.json"  # hand-written throughput cells
+REF = DATA / "reference-maxbatch.json"  # the reference runner's format, hand-written
+
+
+def kitctl(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, COLUMNS="200")
+    return subprocess.run([*ENTRY, *args], capture_output=True, text=True, timeout=120, cwd=cwd, env=env)
+
+
+def one_line_refusal(p: subprocess.CompletedProcess, match: str | None = None) -> str:
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    assert "Traceback" not in p.stderr + p.stdout, p.stderr
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kitctl: "), p.stderr
+    if match:
+        assert match in lines[0], lines[0]
+    return lines[0]
+
+
+def check_golden(name: str, text: str) -> None:
+    path = DATA / f"{name}.golden.md"
+    if UPDATE:
+        path.write_text(text, encoding="utf-8")
+    assert path.exists(), f"{path} missing: run with KITCTL_UPDATE_GOLDEN=1"
+    assert text == path.read_text(encoding="utf-8"), f"report differs from {path.name}"
+
+
+# ---- golden Markdown ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, files", [
+    ("maxbatch-h200-eager", [EAGER]),
+    ("maxbatch-sample", [SAMPLE]),
+    ("throughput-sample", [TPUT]),
+    ("reference-maxbatch", [REF]),
+])
+def test_golden_markdown(name, files):
+    text = render([load_source(f) for f in files])
+    check_golden(name, text)
+    assert text == render([load_source(f) for f in files])  # deterministic
+
+
+def test_golden_combined_with_plots(tmp_path):
+    """kitctl's run beside the reference runner's numbers, plots linked relative to the report."""
+    from kitctl.plots import make_plots
+
+    sources = [load_source(EAGER), load_source(REF)]
+    out = tmp_path / "report"
+    files = make_plots(sources, out / "plots")
+    text = render(sources, files, out)
+    check_golden("combined", text)
+    for f in files:
+        link = f"(plots/{f.path.name})"
+        assert link in text, link
+        assert f.path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_cli_prints_markdown_and_writes_out(tmp_path):
+    p = kitctl("report", str(EAGER), "--out", str(tmp_path / "r.md"))
+    assert p.returncode == 0, p.stderr
+    golden = (DATA / "maxbatch-h200-eager.golden.md").read_text(encoding="utf-8")
+    assert p.stdout == golden  # not a terminal: raw Markdown
+    assert (tmp_path / "r.md").read_text(encoding="utf-8") == golden
+    assert p.stderr.strip() == f"report: {tmp_path / 'r.md'}"
+
+
+def test_report_cli_plots_are_linked(tmp_path):
+    p = kitctl("report", str(SAMPLE), "--out", "out/report.md", "--plots", "out/img", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    md = (tmp_path / "out/report.md").read_text(encoding="utf-8")
+    pngs = sorted(x.name for x in (tmp_path / "out/img").iterdir())
+    assert pngs == ["maxbatch-sample-maxbatch.png", "maxbatch-sample-vram-pytorch-compile-fp32.png",
+                    "maxbatch-sample-vram-pytorch-eager-bf16.png", "maxbatch-sample-vram-pytorch-eager-fp32.png",
+                    "maxbatch-sample-vram-tensorflow-xla-fp32.png"]
+    for name in pngs:
+        assert f"](img/{name})" in md
+
+
+# ---- what the report says -----------------------------------------------------------------------
+
+def test_real_h200_rows_and_caveats():
+    src = load_source(EAGER)
+    (row,) = src.rows
+    assert (row.engine, row.max_batch, row.next_batch, row.next_status) == ("pytorch-eager", 8832, 8833, "oom")
+    text = " ".join(caveats(src))
+    assert "Emulated smaller card" in text and "16,376" in text
+    assert "TF32 in fp32" in text
+    assert "batch 2,048 peaked at 12,665 MiB, batch 4,096 at 8,673 MiB" in text  # non-monotone peak
+    assert "Partial" not in text and "Censored" not in text
+
+
+def test_partial_artifact_caveat():
+    src = load_source(PARTIAL)
+    md = render([src])
+    assert "**Partial result** — the artifact is `interrupted` by SIGINT: 0 of 1" in md
+    assert "largest pass 8,928, smallest memory failure 8,964" in md
+    assert "| PyTorch torch.compile | fp32 | — | — | — | running |" in md
+    assert "--resume results/maxbatch-resnet50-synthetic-20261129T200957Z.partial.json" in md  # the resume
+
+
+def test_sample_caveats_and_ratios():
+    src = load_source(SAMPLE)
+    cav = caveats(src)
+    assert any(c.startswith("**Censored search** — PyTorch torch.compile fp32") for c in cav)
+    assert any(c.startswith("**Non-memory failure** — PyTorch eager bf16") for c in cav)
+    tf32 = next(c for c in cav if c.startswith("**TF32"))
+    assert "PyTorch eager and PyTorch torch.compile" in tf32 and "TensorFlow" not in tf32
+    assert [r.text() for r in ratio_pairs(src.rows)] == [
+        "PyTorch torch.compile vs PyTorch eager (fp32): ≥ 2.20× larger batch",
+        "TensorFlow XLA vs PyTorch eager (fp32): 1.47× larger batch",
+        "PyTorch best vs TensorFlow XLA (fp32): ≥ 1.50× larger batch",
+    ]
+    assert ratios(src.rows) == [r.text() for r in ratio_pairs(src.rows)]
+
+
+def test_throughput_rows_and_caveat():
+    src = load_source(TPUT)
+    rows = {(r.engine, r.precision): r for r in src.tput}
+    eager = rows[("pytorch-eager", "fp32")]
+    assert (eager.median, eager.ci_low, eager.ci_high, eager.runs, eager.warmup_s) == (10200.0, 10110.0, 10290.0, 5, 4.1)
+    assert rows[("pytorch-eager", "bf16")].runs == 1
+    assert any("**One run only** — PyTorch eager bf16" in c for c in caveats(src))
+    assert [r.text() for r in throughput_ratio_pairs(src.tput)] == [
+        "TensorFlow XLA vs PyTorch eager (fp32): 1.26× faster", "TensorFlow XLA vs PyTorch eager (bf16): 1.10× faster"]
+
+
+def test_cudnn_version_text():
+    assert (cudnn_text(91900), cudnn_text(8907), cudnn_text("9")) == ("9.19.0", "8.9.7", "9")
+
+
+# ---- plots: the data series, read back from the axes --------------------------------------------
+
+def test_vram_plot_has_one_point_per_trial_and_the_budget_line(tmp_path):
+    from kitctl.plots import make_plots
+
+    doc = json.loads(EAGER.read_text())
+    trials = doc["results"][0]["trials"]
+    files = make_plots([load_source(EAGER)], tmp_path)
+    vram = next(f for f in files if f.kind == "vram")
+    pts = vram.data["points"]
+    assert sum(len(v) for v in pts.values()) == len(trials) == 21
+    assert sorted(pts["pass"]) == sorted((t["batch"], t["peaks"]["device_delta_mib"]) for t in trials
+                                         if t["status"] == "ok")
+    assert sorted(pts["memory failure"]) == sorted((t["batch"], t["peaks"]["device_delta_mib"]) for t in trials
+                                                   if t["status"] == "oom")
+    assert pts["other failure"] == []
+    assert vram.data["budget_y"] == doc["budget"]["budget_mib"] == 16120
+    bars = next(f for f in files if f.kind == "maxbatch")
+    assert bars.data["values"] == [8832.0]
+    for f in files:
+        assert f.path.stat().st_size > 10_000 and f.path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_plots_of_every_kind(tmp_path):
+    from kitctl.plots import make_plots
+
+    files = make_plots([load_source(SAMPLE), load_source(TPUT), load_source(REF)], tmp_path)
+    by = {f.path.name: f for f in files}
+    gate = by["maxbatch-sample-vram-tensorflow-xla-fp32.png"].data
+    assert (4096, 16121.0) in gate["points"]["memory failure"]  # vram_cap_exceeded is a memory failure
+    bf16 = by["maxbatch-sample-vram-pytorch-eager-bf16.png"].data
+    assert [b for b, _ in bf16["points"]["other failure"]] == [256, 256]  # the timeout and its retry
+    mb = by["maxbatch-sample-maxbatch.png"].data
+    assert mb["values"] == [1860.0, 4096.0, 2730.0, 0.0] and mb["notes"] == ["", "≥", "", "invalid"]
+    tp = by["throughput-sample-throughput.png"].data
+    assert tp["values"] == [10200.0, 12880.0, 17400.0, 19200.0]
+    assert tp["err_low"] == [90.0, 150.0, 0.0, 200.0] and tp["err_high"] == [90.0, 60.0, 0.0, 130.0]
+    ref = by["reference-maxbatch-vram-pytorch-eager-fp32.png"].data
+    assert ref["budget_y"] == 16120.0 and sum(len(v) for v in ref["points"].values()) == 12
+    overview = by["overview-maxbatch.png"].data
+    assert len(overview["values"]) == 8 and overview["labels"][-1].endswith("[2] SAMPLE GPU 16 GiB")
+
+
+def test_plots_without_matplotlib_is_one_line(tmp_path):
+    code = ("import sys; sys.modules['matplotlib'] = None; from kitctl.cli import main; "
+            f"sys.argv = ['kitctl', 'report', {str(EAGER)!r}, '--plots', {str(tmp_path / 'p')!r}]; main()")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    one_line_refusal(p, "--plots needs matplotlib")
+
+
+# ---- the reference runner's format --------------------------------------------------------------
+
+def test_reference_is_normalised():
+    src = load_source(REF)
+    assert src.kind == "reference" and src.gpu_name == "SAMPLE GPU 16 GiB" and src.budget_mib == 16120.0
+    rows = {r.engine: r for r in src.rows}
+    assert set(rows) == {"opennn-pool1", "pytorch-compile", "pytorch-eager", "tensorflow-xla"}
+    assert all(r.precision == "fp32" for r in src.rows)
+    e = rows["pytorch-eager"]
+    assert (e.max_batch, e.next_batch, e.next_status, e.peak_mib, e.search_status) == (
+        1800, 1801, "oom", 15800.0, "bounded_by_memory_failure")
+    assert rows["tensorflow-xla"].search_status == "invalid_non_memory_failure"  # exit_1 at max + 1
+    assert rows["tensorflow-xla"].result == "invalid: exit_1 at 3,001"
+    assert len(src.points[("pytorch-eager", "fp32")]) == 12
+
+
+def test_reference_nested_layout_and_statuses(tmp_path):
+    doc = json.loads(REF.read_text())
+    nested = copy.deepcopy(doc)
+    nested["results"] = {"bf16": copy.deepcopy(doc["results"])}
+    eager = nested["results"]["bf16"]["pytorch_eager"]
+    eager["search_status"] = "censored_at_max_batch_limit"
+    eager["next_batch_trial"] = None
+    eager["all_trials"] = [t for t in eager["all_trials"] if t["batch"] <= 1800]
+    for t in eager["all_trials"]:
+        t["peak_delta_mib"] = t["peak_vram_mib"] - 300
+    f = tmp_path / "nested.json"
+    f.write_text(json.dumps(nested))
+    src = load_source(f)
+    rows = {r.engine: r for r in src.rows}
+    assert {r.precision for r in src.rows} == {"bf16"}
+    assert rows["pytorch-eager"].search_status == "censored_at_max_batch"
+    assert rows["pytorch-eager"].peak_mib == 15500.0  # the delta, when every trial has one
+    assert rows["pytorch-eager"].peak_source == "device delta (reference runner)"
+    assert "**Censored search** — PyTorch eager bf16" in render([src])
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["results"]["pytorch_eager"].pop("all_trials"), "results.pytorch_eager.all_trials is missing"),
+    (lambda d: d.update(benchmark_id="gpu-resnet50-throughput"), "benchmark_id 'gpu-resnet50-throughput' is not supported"),
+    (lambda d: d.update(schema_version=2), "schema_version 2 is not supported"),
+    (lambda d: d.update(results={}), "results is missing or empty"),
+    (lambda d: d["results"]["tensorflow"]["all_trials"][0].pop("ok"), "all_trials[0] lacks batch/ok"),
+])
+def test_bad_reference_is_one_error(tmp_path, edit, message):
+    doc = json.loads(REF.read_text())
+    edit(doc)
+    f = tmp_path / "ref.json"
+    f.write_text(json.dumps(doc))
+    with pytest.raises(ArtifactError) as exc:
+        load_source(f)
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+# ---- compare ------------------------------------------------------------------------------------
+
+def _shift(path: Path, tmp: Path, name: str, engine: str, precision: str, factor: float) -> Path:
+    doc = json.loads(path.read_text())
+    for c in doc["results"]:
+        if c["engine"] == engine and c["precision"] == precision:
+            if doc["benchmark"] == "maxbatch":
+                c["max_batch"] = int(c["max_batch"] * factor)
+                c["next_batch"] = c["max_batch"] + 1
+            else:
+                for k in ("median", "min", "max", "ci_low", "ci_high"):
+                    c["summary"][k] = c["summary"][k] * factor if c["summary"][k] is not None else None
+    out = tmp / name
+    out.write_text(json.dumps(doc))
+    return out
+
+
+def test_compare_exit_codes(tmp_path):
+    worse = _shift(EAGER, tmp_path, "worse.json", "pytorch-eager", "fp32", 0.97)  # −3%
+    p = kitctl("compare", str(EAGER), str(worse))
+    assert p.returncode == 0, p.stdout + p.stderr  # a real change, but under the 5% threshold
+    assert "changed" in p.stdout and "No regression beyond 5%." in p.stdout
+    p = kitctl("compare", str(EAGER), str(worse), "--threshold", "2")
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "1 regression beyond 2%: PyTorch eager fp32 8,832 → 8,567 (−3.0%)" in p.stdout
+    p = kitctl("compare", str(worse), str(EAGER), "--threshold", "2")
+    assert p.returncode == 0 and "improvement" in p.stdout
+    p = kitctl("compare", str(EAGER), str(EAGER))
+    assert p.returncode == 0 and "same" in p.stdout
+
+
+def test_compare_reads_reference_and_writes_markdown(tmp_path):
+    p = kitctl("compare", str(REF), str(SAMPLE), "--out", str(tmp_path / "c.md"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    md = (tmp_path / "c.md").read_text(encoding="utf-8")
+    assert "| PyTorch eager | fp32 | 1,800 | 1,860 | +3.3% | changed | below the 5% threshold |" in md
+    assert "| OpenNN (batch pool 1) | fp32 | 1,000 | not run | — | only in OLD | not measured in NEW |" in md
+    assert "GPU (SAMPLE GPU 16 GiB vs NVIDIA H200)" in md
+
+
+def test_compare_maxbatch_rules():
+    ref, sample = load_source(REF), load_source(SAMPLE)
+    c = {(x.engine, x.precision): x for x in compare(ref, sample, 5.0).changes}
+    assert c[("pytorch-compile", "fp32")].flag == "improvement"  # ≥ 4,096 vs 2,000: certain
+    assert c[("tensorflow-xla", "fp32")].flag == "improvement"  # none → 2,730
+    back = {(x.engine, x.precision): x for x in compare(sample, ref, 5.0).changes}
+    assert back[("tensorflow-xla", "fp32")].regression  # capacity lost
+    assert back[("pytorch-compile", "fp32")].flag == "regression"  # 2,000 < ≥ 4,096: certain
+    assert compare(load_source(EAGER), load_source(PARTIAL), 5.0).regressions == []  # not run ≠ regression
+
+
+def test_compare_throughput_uses_the_intervals(tmp_path):
+    slower = _shift(TPUT, tmp_path, "slower.json", "pytorch-eager", "fp32", 0.9)  # −10%, CIs apart
+    p = kitctl("compare", str(TPUT), str(slower))
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "intervals do not overlap" in p.stdout
+    close = _shift(TPUT, tmp_path, "close.json", "pytorch-eager", "fp32", 0.995)  # CIs overlap
+    cmp = compare(load_source(TPUT), load_source(close), 0.1)
+    row = next(x for x in cmp.changes if (x.engine, x.precision) == ("pytorch-eager", "fp32"))
+    assert row.flag == "within noise" and not row.regression  # −0.5% ≥ 0.1%, but inside the noise
+    one = _shift(TPUT, tmp_path, "one.json", "pytorch-eager", "bf16", 0.8)  # one run: no CI
+    row = next(x for x in compare(load_source(TPUT), load_source(one), 5.0).changes if x.precision == "bf16"
+               and x.engine == "pytorch-eager")
+    assert row.regression and "threshold only" in row.note
+
+
+def test_compare_refuses_mixed_benchmarks_and_bad_threshold():
+    one_line_refusal(kitctl("compare", str(TPUT), str(EAGER)), "cannot compare a throughput result")
+    one_line_refusal(kitctl("compare", str(EAGER), str(EAGER), "--threshold", "-1"), "--threshold")
+
+
+# ---- bad files: one line, exit 2 ----------------------------------------------------------------
+
+@pytest.fixture()
+def bad_files(tmp_path) -> dict[str, Path]:
+    text = EAGER.read_text()
+    wrong = json.loads(text)
+    del wrong["results"][0]["trials"][3]["status"]
+    files = {
+        "not-json": ("notes.json", "this is not JSON\n"),
+        "truncated": ("truncated.json", text[: len(text) // 2]),
+        "wrong-schema": ("wrong.json", json.dumps(wrong)),
+        "unknown-kind": ("other.json", json.dumps({"hello": "world"})),
+        "empty": ("empty.json", ""),
+    }
+    out = {}
+    for key, (name, content) in files.items():
+        (tmp_path / name).write_text(content)
+        out[key] = tmp_path / name
+    out["missing"] = tmp_path / "missing.json"
+    return out
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("not-json", "is not valid JSON (line 1"),
+    ("truncated", "truncated?"),
+    ("wrong-schema", "does not match its schema at results/0/trials/3: 'status' is a required property"),
+    ("unknown-kind", "neither a kitctl artifact nor a reference max-batch JSON"),
+    ("empty", "is empty"),
+    ("missing", "cannot read"),
+])
+def test_bad_file_report_and_compare(bad_files, kind, message):
+    bad = str(bad_files[kind])
+    line = one_line_refusal(kitctl("report", bad), message)
+    assert bad in line
+    one_line_refusal(kitctl("compare", str(EAGER), bad), message)
+
+
+def test_bad_file_among_good_ones_writes_nothing(bad_files, tmp_path):
+    out = tmp_path / "r.md"
+    one_line_refusal(kitctl("report", str(EAGER), str(bad_files["truncated"]), "--out", str(out)))
+    assert not out.exists()
+
+
+# ---- results list -------------------------------------------------------------------------------
+
+def test_results_list(tmp_path):
+    for f in (EAGER, SAMPLE, TPUT, REF):
+        shutil.copy(f, tmp_path / f.name)
+    shutil.copy(PARTIAL, tmp_path / "maxbatch-resnet50-synthetic-20261129T200957Z.partial.json")
+    (tmp_path / "broken.json").write_text("{")
+    (tmp_path / "notes.txt").write_text("not a result")
+    (tmp_path / "other.json").write_text('{"tool": "something else"}')
+    p = kitctl("results", "list", str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    assert "pytorch-eager fp32: 8,832" in out and "NVIDIA H200 @ 16,376 MiB" in out
+    assert "interrupted (partial)" in out and "pytorch-compile fp32: unfinished" in out
+    assert "pytorch-compile fp32: ≥ 4,096" in out and "pytorch-eager bf16: invalid" in out
+    assert "tensorflow-xla fp32: 12,880 img/s" in out and "throughput" in out
+    assert "reference" in out and "SAMPLE GPU 16 GiB" in out and "opennn-pool1 fp32: 1,000" in out
+    assert "broken.json" in out and "unreadable" in out and "notes.txt" not in out
+    assert "other.json" in out and "not a benchmark result" in out and "other JSON" in out
+    assert "2026-11-29 19:59 UTC" in out
+
+
+def test_results_list_default_dir_and_missing(tmp_path):
+    (tmp_path / "results").mkdir()
+    shutil.copy(EAGER, tmp_path / "results" / EAGER.name)
+    p = kitctl("results", "list", cwd=tmp_path)
+    assert p.returncode == 0 and "pytorch-eager fp32: 8,832" in p.stdout
+    one_line_refusal(kitctl("results", "list", str(tmp_path / "nope")), "no such directory")
+
+
+def test_peak_inversions_on_the_full_card_run():
+    """The committed full-card H200 run: batch 16,384 peaked above batch 32,768."""
+    full = Path(__file__).resolve().parents[1] / "results/maxbatch-resnet50-synthetic-20261129T200326Z.json"
+    if not full.exists():
+        pytest.skip("results/ artifact not present")
+    src = load_source(full)
+    inv = peak_inversions(src.points[("pytorch-eager", "fp32")])
+    assert [(a.batch, b.batch) for a, b in inv] == [(16384, 32768)]
+    md = render([src])
+    assert "continued 1× with" in md  # the resume is part of "Reproduce"
+    assert "**Resumed** — the run was interrupted (SIGINT) and resumed 1×" in md
+
+
+def test_cpu_and_empty_artifacts_render(tmp_path):
+    """--device cpu: no GPU, no budget, no device delta; a run that has not started a cell yet."""
+    from kitctl.plots import make_plots
+
+    doc = json.loads(SAMPLE.read_text())
+    doc["host"]["gpu"], doc["budget"] = None, None
+    doc["configuration"].update(device="cpu", memory_limit_mib=1500)
+    for c in doc["results"]:
+        c.update(overhead=None, calibration=None, framework_budget_mib=None)
+        for p in [t["peaks"] for t in c["trials"]] + ([c["peaks_at_max"]] if c["peaks_at_max"] else []):
+            p.update(device_delta_mib=None, framework_mib=None, sample_rate_hz=None)
+    f = tmp_path / "cpu.json"
+    f.write_text(json.dumps(doc))
+    src = load_source(f)
+    md = render([src])
+    assert "| Peak memory at max |" in md and "Peak memory at max: host RSS." in md
+    assert "**CPU run**" in md and "| Memory rule | --memory-limit 1,500 MiB" in md and "| GPU | none (CPU run) |" in md
+    vram = [p for p in make_plots([src], tmp_path / "p") if p.kind == "vram"]
+    assert all(p.data["budget_y"] is None and p.data["missing_peak"] == [] for p in vram)
+    doc.update(state="running", results=[])
+    f.write_text(json.dumps(doc))
+    md = render([load_source(f)])
+    assert "_No engine × precision has started yet._" in md and "0 of 6 engine × precision searches" in md
