@@ -71,7 +71,7 @@ if ! docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
   trap '$SUDO rm -rf "$rootfs"' EXIT
   $SUDO debootstrap --variant=minbase \
     --include=python3,python3-venv,python3-pip,python3-dev,gcc,g++,libc6-dev,ca-certificates \
-    bookworm "$rootfs" "${DEBIAN_MIRROR:-http://deb.debian.org/debian}" >/tmp/kitctl-debootstrap.log 2>&1 \
+    bookworm "$rootfs" ${DEBIAN_MIRROR:+"$DEBIAN_MIRROR"} >/tmp/kitctl-debootstrap.log 2>&1 \
     || { tail -n 30 /tmp/kitctl-debootstrap.log >&2; exit 1; }
   $SUDO rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
   $SUDO tar -C "$rootfs" -c . | docker import \
