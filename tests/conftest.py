@@ -45,9 +45,8 @@ def client():
     c.close()
 
 
-@pytest.fixture(scope="session")
-def image(client) -> str:
-    """kitctl/pytorch:ci, built now (layer cache keeps rebuilds quick) from compose.yaml's cpu-ci variant."""
+def _build_ci_image(client, service: str, wheel_glob: str) -> str:
+    """Build compose.yaml's cpu-ci variant of `service` now (the layer cache keeps rebuilds quick)."""
     import docker
 
     from kitctl.compose import load_compose, provenance_build_args
@@ -57,10 +56,11 @@ def image(client) -> str:
         client.images.get(BASE_IMAGE)
     except docker.errors.ImageNotFound:
         _unavailable(f"base image {BASE_IMAGE} is absent: run .ci/docker-up.sh")
-    if not list((ROOT / "images/pytorch/wheels").glob("torch-*+cpu-*.whl")):
-        _unavailable("images/pytorch/wheels/ has no CPU torch wheel: run images/pytorch/fetch-cpu-wheels.sh")
+    wheels = ROOT / "images" / service / "wheels"
+    if not list(wheels.glob(wheel_glob)):
+        _unavailable(f"{wheels.relative_to(ROOT)}/ has no {wheel_glob}: run images/{service}/fetch-cpu-wheels.sh")
     spec = load_compose(ROOT / "compose.yaml").build_spec(
-        "pytorch", variant=VARIANT, overrides={"BASE_IMAGE": BASE_IMAGE, **provenance_build_args(ROOT)})
+        service, variant=VARIANT, overrides={"BASE_IMAGE": BASE_IMAGE, **provenance_build_args(ROOT)})
     try:
         previous = client.images.get(spec.image).id
     except docker.errors.ImageNotFound:
@@ -78,39 +78,14 @@ def image(client) -> str:
     print(f"\n[docker tests] built {spec.image} in {time.monotonic() - t0:.1f} s")
     return spec.image
 
+
+@pytest.fixture(scope="session")
+def image(client) -> str:
+    """kitctl/pytorch:ci: images/pytorch/Dockerfile FROM the local base, torch +cpu from its wheels."""
+    return _build_ci_image(client, "pytorch", "torch-*+cpu-*.whl")
 
 
 @pytest.fixture(scope="session")
 def tf_image(client) -> str:
-    """kitctl/tensorflow:ci, built now from compose.yaml's cpu-ci variant of the tensorflow service
-    (images/tensorflow/Dockerfile FROM the local base, tensorflow-cpu from images/tensorflow/wheels/)."""
-    import docker
-
-    from kitctl.compose import load_compose, provenance_build_args
-    from kitctl.runtimes.docker import ImageBuildError, build_image
-
-    try:
-        client.images.get(BASE_IMAGE)
-    except docker.errors.ImageNotFound:
-        _unavailable(f"base image {BASE_IMAGE} is absent: run .ci/docker-up.sh")
-    if not list((ROOT / "images/tensorflow/wheels").glob("tensorflow_cpu-*.whl")):
-        _unavailable("images/tensorflow/wheels/ has no tensorflow-cpu wheel: "
-                     "run images/tensorflow/fetch-cpu-wheels.sh")
-    spec = load_compose(ROOT / "compose.yaml").build_spec(
-        "tensorflow", variant=VARIANT, overrides={"BASE_IMAGE": BASE_IMAGE, **provenance_build_args(ROOT)})
-    try:
-        previous = client.images.get(spec.image).id
-    except docker.errors.ImageNotFound:
-        previous = None
-    t0 = time.monotonic()
-    try:
-        new_id = build_image(client, spec)
-    except ImageBuildError as exc:
-        pytest.fail(f"{exc}\n{exc.log_tail}", pytrace=False)
-    if previous and previous != new_id:  # BUILD_DATE re-labels it: drop the superseded one
-        try:
-            client.images.remove(previous)
-        except docker.errors.APIError:
-            pass
-    print(f"\n[docker tests] built {spec.image} in {time.monotonic() - t0:.1f} s")
-    return spec.image
+    """kitctl/tensorflow:ci: images/tensorflow/Dockerfile FROM the local base, tensorflow-cpu from its wheels."""
+    return _build_ci_image(client, "tensorflow", "tensorflow_cpu-*.whl")
