@@ -4,6 +4,7 @@ Exit codes (README "Exit codes"):
   0  the run finished and every engine × precision has a capacity (bounded or censored)
   1  the run finished but some engine × precision has none (no passing batch, or an invalid
      non-memory failure)
+     `run throughput`: 0 every engine × precision has a summary, 1 some cell failed (a run not ok)
   2  bad input or an unfit host: one line on stderr, nothing written
   130 interrupted (SIGINT/SIGTERM): the partial artifact is kept; `--resume` continues it
 """
@@ -31,7 +32,7 @@ from .provenance import host_info, kit_info
 from .runner import Interrupted, Runner, RunPlan
 from .runtimes.base import RuntimeUnavailable
 from .search import STRATEGIES, SearchConfig
-from .summary import maxbatch_rows, ratios
+from .summary import maxbatch_rows, ratios, throughput_ratio_pairs, throughput_rows
 
 EXIT_OK, EXIT_INCOMPLETE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 DEFAULT_TIMEOUT_S = 900.0
@@ -130,6 +131,94 @@ def _make_runtime(name: str, engines: list, device: str, gpu_uuid: str | None, r
     return LocalRuntime(gpu_uuid=gpu_uuid, python=python, memory_limit_mib=memory_limit)
 
 
+@dataclass
+class Setup:
+    store: ArtifactStore
+    doc: dict[str, Any]
+    engines: list
+    gpuctx: GpuContext | None
+    rt: Any
+    notes: list[str]
+
+
+def _prepare(benchmark: str, cfg: dict[str, Any], doc: dict[str, Any] | None, store: ArtifactStore | None,
+             results_dir: Path, python: str | None, require_gpu_idle: bool, idle_threshold: float) -> Setup:
+    """Engines refused or not, data, GPU, runtime, the artifact and its provenance (both benchmarks).
+    Raises Fail and friends: the caller turns them into one line, exit 2."""
+    if doc is not None and doc.get("benchmark") != benchmark:
+        raise Fail(f"--resume: that artifact is a {doc.get('benchmark')} run, not {benchmark}")
+    plan_engines = parse_engines(",".join(cfg["engines"]))
+    for e in plan_engines:
+        why = e.refuse(benchmark, cfg["device"])
+        if why:
+            raise Fail(why)
+    if cfg["dataset"] == "cifar10":
+        cfg["data_dir"] = str(resolve_cifar10(cfg["data_dir"]))
+
+    gpuctx = None
+    if cfg["device"] == "cuda":
+        want = cfg["gpu"] if doc is None else (doc["host"].get("gpu") or {}).get("uuid")
+        gpuctx = _open_gpu(want, cfg["vram_limit_mib"], cfg["reserve_mib"], require_gpu_idle, idle_threshold)
+    run_id = doc["run_id"] if doc else uuid.uuid4().hex[:12]
+    notes: list[str] = []
+    rt = _make_runtime(cfg["runtime"], plan_engines, cfg["device"], gpuctx.info.uuid if gpuctx else None,
+                       run_id, cfg["memory_limit_mib"], cfg.get("data_dir"), python, notes)
+
+    if doc is None:
+        doc = _new_doc(run_id, cfg, gpuctx, rt, plan_engines, benchmark)
+        store = ArtifactStore.create(results_dir, benchmark, cfg["model"], cfg["dataset"])
+    if rt.name == "docker":
+        doc["host"]["docker_version"] = rt.describe(plan_engines[0].name).get("docker_version")
+    doc["runtime"] = {"name": rt.name, **{k: v for k, v in rt.describe(plan_engines[0].name).items()
+                                          if k != "runtime"}}
+    for e in plan_engines:
+        doc["engines"][e.name]["provenance"] = rt.describe(e.name)
+    assert store is not None
+    return Setup(store, doc, plan_engines, gpuctx, rt, notes)
+
+
+def _watcher_factory(gpuctx: GpuContext | None):
+    if gpuctx is None:
+        return None
+    from .sampler import NvmlSampler
+
+    def factory(budget_mib: float | None, _g=gpuctx):
+        return NvmlSampler(_g.nvml, _g.handle, budget_mib)
+    return factory
+
+
+def _make_view(console: Console, notes: list[str], doc: dict[str, Any], rt: Any, store: ArtifactStore):
+    from .view import make_view
+
+    view = make_view(console)
+    for n in notes:
+        view.note(n)
+    view.note(f"run {doc['run_id']} ({rt.name} runtime): partial artifact {store.partial}")
+    return view
+
+
+def _execute(runner: Runner, store: ArtifactStore) -> dict[str, Any]:
+    """Run it; interruptions and a vanished runtime become their exit codes (partial kept)."""
+    view = runner.view
+    try:
+        doc = runner.run()
+    except Interrupted as exc:
+        view.close()
+        err.print(f"kitctl: interrupted ({exc}); partial artifact kept: {store.partial} "
+                  f"(continue with --resume {store.partial})")
+        raise typer.Exit(EXIT_INTERRUPTED)
+    except ArtifactError as exc:
+        view.close()
+        err.print(f"kitctl: {exc}")
+        raise typer.Exit(EXIT_USAGE)
+    except RuntimeUnavailable as exc:
+        view.close()
+        err.print(f"kitctl: {exc}; partial artifact kept: {store.partial} (continue with --resume {store.partial})")
+        raise typer.Exit(EXIT_USAGE)
+    view.close()
+    return doc
+
+
 def _print_summary(console: Console, doc: dict[str, Any], final: Path | None) -> None:
     rows = maxbatch_rows(doc)
     t = Table(title=f"Max batch — {doc['configuration']['model']}, {doc['configuration']['dataset']}")
@@ -152,29 +241,49 @@ def _exit_code(doc: dict[str, Any]) -> int:
     return EXIT_OK if all(c.get("search_status") in ok for c in doc["results"]) else EXIT_INCOMPLETE
 
 
+# Options shared by `run maxbatch` and `run throughput` (typer reads these as defaults).
+O_ENGINES = typer.Option("pytorch-eager", help=f"Comma-separated: {', '.join(ENGINES)}.")
+O_PRECISION = typer.Option(Precision.fp32, help="fp32, bf16 or both.")
+O_DEVICE = typer.Option(Device.cuda, help="cuda (default) or cpu.")
+O_GPU = typer.Option(None, help="GPU index (NVML order) or UUID; default 0.")
+O_VRAM_LIMIT = typer.Option(None, help="L in MiB (default: the card's total): emulate a smaller card.")
+O_RESERVE = typer.Option(256, help="R in MiB; the budget is B = L − R.")
+O_TIMEOUT = typer.Option(None, help=f"Seconds per candidate before the kit kills it (default {DEFAULT_TIMEOUT_S:.0f}).")
+O_RUNTIME = typer.Option(RuntimeName.auto, help="auto: docker when the daemon answers and the image exists, else local.")
+O_DATASET = typer.Option(Dataset.synthetic, help="synthetic or cifar10.")
+O_DATA_DIR = typer.Option(None, help="CIFAR-10 folder (binary or python layout) or its parent.")
+O_CUDNN = typer.Option(False, "--cudnn-benchmark", help="Turn cuDNN autotuning on (changes memory use).")
+O_REQUIRE_IDLE = typer.Option(False, "--require-gpu-idle", help="Refuse to start when the GPU holds memory.")
+O_IDLE_THRESHOLD = typer.Option(1024.0, help="MiB in use above which the GPU is not idle.")
+O_MEMORY_LIMIT = typer.Option(None, help="Host memory limit per candidate in MiB (--device cpu).")
+O_PYTHON = typer.Option(None, help="Interpreter for the local runtime (default: this one).")
+O_RESULTS_DIR = typer.Option(Path("results"), help="Where artifacts are written.")
+O_RESUME = typer.Option(None, help="Continue the run in this .partial.json.")
+
+
 @run_app.command("maxbatch")
 def maxbatch(
-    engines: str = typer.Option("pytorch-eager", help=f"Comma-separated: {', '.join(ENGINES)}."),
-    precision: Precision = typer.Option(Precision.fp32, help="fp32, bf16 or both."),
-    device: Device = typer.Option(Device.cuda, help="cuda (default) or cpu."),
-    gpu: Optional[str] = typer.Option(None, help="GPU index (NVML order) or UUID; default 0."),
-    vram_limit: Optional[int] = typer.Option(None, help="L in MiB (default: the card's total): emulate a smaller card."),
-    reserve: int = typer.Option(256, help="R in MiB; the budget is B = L − R."),
+    engines: str = O_ENGINES,
+    precision: Precision = O_PRECISION,
+    device: Device = O_DEVICE,
+    gpu: Optional[str] = O_GPU,
+    vram_limit: Optional[int] = O_VRAM_LIMIT,
+    reserve: int = O_RESERVE,
     start_batch: int = typer.Option(128, help="First candidate."),
     max_batch: int = typer.Option(DEFAULT_MAX_BATCH, help="Largest batch the search may try."),
-    timeout: Optional[float] = typer.Option(None, help=f"Seconds per candidate before the kit kills it (default {DEFAULT_TIMEOUT_S:.0f})."),
-    runtime: RuntimeName = typer.Option(RuntimeName.auto, help="auto: docker when the daemon answers and the image exists, else local."),
-    dataset: Dataset = typer.Option(Dataset.synthetic, help="synthetic or cifar10."),
-    data_dir: Optional[str] = typer.Option(None, help="CIFAR-10 folder (binary or python layout) or its parent."),
-    cudnn_benchmark: bool = typer.Option(False, "--cudnn-benchmark", help="Turn cuDNN autotuning on (changes memory use)."),
-    require_gpu_idle: bool = typer.Option(False, "--require-gpu-idle", help="Refuse to start when the GPU holds memory."),
-    idle_threshold: float = typer.Option(1024.0, help="MiB in use above which the GPU is not idle."),
-    memory_limit: Optional[int] = typer.Option(None, help="Host memory limit per candidate in MiB (--device cpu)."),
+    timeout: Optional[float] = O_TIMEOUT,
+    runtime: RuntimeName = O_RUNTIME,
+    dataset: Dataset = O_DATASET,
+    data_dir: Optional[str] = O_DATA_DIR,
+    cudnn_benchmark: bool = O_CUDNN,
+    require_gpu_idle: bool = O_REQUIRE_IDLE,
+    idle_threshold: float = O_IDLE_THRESHOLD,
+    memory_limit: Optional[int] = O_MEMORY_LIMIT,
     calibration_batch: int = typer.Option(16, help="Batch of the overhead-calibration candidate (GPU)."),
     strategy: str = typer.Option("protocol", help=f"Search strategy: {', '.join(STRATEGIES)}."),
-    python: Optional[str] = typer.Option(None, help="Interpreter for the local runtime (default: this one)."),
-    results_dir: Path = typer.Option(Path("results"), help="Where artifacts are written."),
-    resume: Optional[Path] = typer.Option(None, help="Continue the run in this .partial.json."),
+    python: Optional[str] = O_PYTHON,
+    results_dir: Path = O_RESULTS_DIR,
+    resume: Optional[Path] = O_RESUME,
 ) -> None:
     """Largest training batch that completes one ResNet-50 step, per engine and precision."""
     console = Console(highlight=False)
@@ -192,33 +301,8 @@ def maxbatch(
             cfg = _configuration(engines, precision.value, device.value, vram_limit, reserve, start_batch,
                                  max_batch, timeout, runtime.value, dataset.value, data_dir, cudnn_benchmark,
                                  memory_limit, calibration_batch, strategy, gpu)
-        plan_engines = parse_engines(",".join(cfg["engines"]))
-        for e in plan_engines:
-            why = e.refuse("maxbatch", cfg["device"])
-            if why:
-                raise Fail(why)
-        if cfg["dataset"] == "cifar10":
-            cfg["data_dir"] = str(resolve_cifar10(cfg["data_dir"]))
-
-        gpuctx = None
-        if cfg["device"] == "cuda":
-            want = cfg["gpu"] if doc is None else (doc["host"].get("gpu") or {}).get("uuid")
-            gpuctx = _open_gpu(want, cfg["vram_limit_mib"], cfg["reserve_mib"],
-                               require_gpu_idle, idle_threshold)
-        run_id = doc["run_id"] if doc else uuid.uuid4().hex[:12]
-        notes: list[str] = []
-        rt = _make_runtime(cfg["runtime"], plan_engines, cfg["device"], gpuctx.info.uuid if gpuctx else None,
-                           run_id, cfg["memory_limit_mib"], cfg.get("data_dir"), python, notes)
-
-        if doc is None:
-            doc = _new_doc(run_id, cfg, gpuctx, rt, plan_engines)
-            store = ArtifactStore.create(results_dir, "maxbatch", cfg["model"], cfg["dataset"])
-        if rt.name == "docker":
-            doc["host"]["docker_version"] = rt.describe(plan_engines[0].name).get("docker_version")
-        doc["runtime"] = {"name": rt.name, **{k: v for k, v in rt.describe(plan_engines[0].name).items()
-                                              if k != "runtime"}}
-        for e in plan_engines:
-            doc["engines"][e.name]["provenance"] = rt.describe(e.name)
+        s = _prepare("maxbatch", cfg, doc, store, results_dir, python, require_gpu_idle, idle_threshold)
+        store, doc, plan_engines, gpuctx, rt, notes = s.store, s.doc, s.engines, s.gpuctx, s.rt, s.notes
     except (Fail, EngineError, DataError, ArtifactError, BudgetError, ValueError) as exc:
         err.print(f"kitctl: {exc}")
         raise typer.Exit(EXIT_USAGE)
@@ -226,44 +310,140 @@ def maxbatch(
     base = TrialRequest(engine="", mode="", benchmark="maxbatch", batch=1, precision="fp32",
                         device=cfg["device"], model=cfg["model"], dataset=cfg["dataset"],
                         data_dir=cfg.get("data_dir"), cudnn_benchmark=cfg["cudnn_benchmark"], seed=cfg["seed"])
-    watcher_factory = None
-    if gpuctx is not None:
-        from .sampler import NvmlSampler
-
-        def watcher_factory(budget_mib: float | None, _g=gpuctx):
-            return NvmlSampler(_g.nvml, _g.handle, budget_mib)
-
+    watcher_factory = _watcher_factory(gpuctx)
     plan = RunPlan(engines=plan_engines, precisions=cfg["precisions"], base_request=base,
                    search=SearchConfig(cfg["start_batch"], cfg["max_batch"],
                                        min_batch=MODEL_MIN_BATCH[cfg["model"]]), strategy=cfg["strategy"],
                    timeout_s=cfg["timeout_s"], budget=gpuctx.budget if gpuctx else None,
                    calibration_batch=cfg["calibration_batch"], watcher_factory=watcher_factory)
-    from .view import make_view
-
-    view = make_view(console)
-    for n in notes:
-        view.note(n)
-    view.note(f"run {doc['run_id']} ({rt.name} runtime): partial artifact {store.partial}")
-    runner = Runner(plan, rt, store, doc, view)
-    try:
-        doc = runner.run()
-    except Interrupted as exc:
-        view.close()
-        err.print(f"kitctl: interrupted ({exc}); partial artifact kept: {store.partial} "
-                  f"(continue with --resume {store.partial})")
-        raise typer.Exit(EXIT_INTERRUPTED)
-    except ArtifactError as exc:
-        view.close()
-        err.print(f"kitctl: {exc}")
-        raise typer.Exit(EXIT_USAGE)
-    except RuntimeUnavailable as exc:
-        view.close()
-        err.print(f"kitctl: {exc}; partial artifact kept: {store.partial} (continue with --resume {store.partial})")
-        raise typer.Exit(EXIT_USAGE)
-    view.close()
+    runner = Runner(plan, rt, store, doc, _make_view(console, notes, doc, rt, store))
+    doc = _execute(runner, store)
     final = store.finalize(doc)
     _print_summary(console, doc, final)
     raise typer.Exit(_exit_code(doc))
+
+
+@run_app.command("throughput")
+def throughput(
+    engines: str = O_ENGINES,
+    precision: Precision = O_PRECISION,
+    device: Device = O_DEVICE,
+    gpu: Optional[str] = O_GPU,
+    vram_limit: Optional[int] = O_VRAM_LIMIT,
+    reserve: int = O_RESERVE,
+    batch: int = typer.Option(128, help="Training batch of every run."),
+    runs: int = typer.Option(5, help="Fresh processes/containers per engine × precision."),
+    warmup_steps: int = typer.Option(10, help="Untimed steps first (compilation, autotuning, graph capture)."),
+    steps: int = typer.Option(50, help="Timed steps: images/s = batch × steps ÷ the window's wall time."),
+    timeout: Optional[float] = O_TIMEOUT,
+    runtime: RuntimeName = O_RUNTIME,
+    dataset: Dataset = O_DATASET,
+    data_dir: Optional[str] = O_DATA_DIR,
+    cudnn_benchmark: bool = O_CUDNN,
+    require_gpu_idle: bool = O_REQUIRE_IDLE,
+    idle_threshold: float = O_IDLE_THRESHOLD,
+    memory_limit: Optional[int] = O_MEMORY_LIMIT,
+    python: Optional[str] = O_PYTHON,
+    results_dir: Path = O_RESULTS_DIR,
+    resume: Optional[Path] = O_RESUME,
+) -> None:
+    """Steady-state training images/s at one batch, per engine and precision, over fresh runs."""
+    from .throughput import ThroughputPlan, ThroughputRunner
+
+    console = Console(highlight=False)
+    try:
+        if resume is not None:
+            store, doc = art.open_for_resume(resume)
+            cfg = doc["configuration"]
+            doc.setdefault("resumes", []).append({"argv": sys.argv, "utc": art.utc_iso()})
+            if timeout is not None:
+                if timeout <= 0:
+                    raise Fail(f"--timeout must be > 0 (got {timeout})")
+                cfg["timeout_s"] = timeout
+        else:
+            store, doc = None, None
+            cfg = _throughput_configuration(engines, precision.value, device.value, vram_limit, reserve, batch,
+                                            runs, warmup_steps, steps, timeout, runtime.value, dataset.value,
+                                            data_dir, cudnn_benchmark, memory_limit, gpu)
+        s = _prepare("throughput", cfg, doc, store, results_dir, python, require_gpu_idle, idle_threshold)
+        store, doc, gpuctx, rt = s.store, s.doc, s.gpuctx, s.rt
+    except (Fail, EngineError, DataError, ArtifactError, BudgetError, ValueError) as exc:
+        err.print(f"kitctl: {exc}")
+        raise typer.Exit(EXIT_USAGE)
+
+    base = TrialRequest(engine="", mode="", benchmark="throughput", batch=cfg["batch"], precision="fp32",
+                        device=cfg["device"], model=cfg["model"], dataset=cfg["dataset"],
+                        data_dir=cfg.get("data_dir"), cudnn_benchmark=cfg["cudnn_benchmark"], seed=cfg["seed"],
+                        warmup_steps=cfg["warmup_steps"], steps=cfg["steps"])
+    plan = ThroughputPlan(engines=s.engines, precisions=cfg["precisions"], base_request=base, runs=cfg["runs"],
+                          timeout_s=cfg["timeout_s"], budget=gpuctx.budget if gpuctx else None,
+                          ci_level=cfg["ci_level"], watcher_factory=_watcher_factory(gpuctx))
+    runner = ThroughputRunner(plan, rt, store, doc, _make_view(console, s.notes, doc, rt, store))  # type: ignore[arg-type]
+    doc = _execute(runner, store)
+    final = store.finalize(doc)
+    _print_throughput_summary(console, doc, final)
+    raise typer.Exit(EXIT_OK if all(c.get("status") == "ok" for c in doc["results"]) else EXIT_INCOMPLETE)
+
+
+def _print_throughput_summary(console: Console, doc: dict[str, Any], final: Path | None) -> None:
+    cfg = doc["configuration"]
+    t = Table(title=f"Training throughput — {cfg['model']}, {cfg['dataset']}, batch {cfg['batch']:,}")
+    for col in ("Engine", "Precision", "images/s (median)", "±CI", "runs", "warm-up s"):
+        t.add_column(col, justify="left" if col in ("Engine", "Precision") else "right")
+    for r, c in zip(throughput_rows(doc), doc["results"]):
+        label = ENGINES[r.engine].label if r.engine in ENGINES else r.engine
+        if c.get("status") == "failed":
+            t.add_row(label, r.precision, "[red]FAILED[/red]", "—", str(len(c["runs"])), "—")
+            continue
+        ci = "—"
+        if r.median is not None and r.ci_low is not None and r.ci_high is not None:
+            level = f"{r.ci_level * 100:.2f}".rstrip("0").rstrip(".") + "%: " if r.ci_level else ""
+            ci = f"±{(r.ci_high - r.ci_low) / 2:,.1f} ({level}{r.ci_low:,.1f}–{r.ci_high:,.1f})"
+        t.add_row(label, r.precision, f"{r.median:,.1f}" if r.median is not None else "—", ci, str(r.runs),
+                  f"{r.warmup_s:.1f}" if r.warmup_s is not None else "—")
+    console.print(t)
+    for c in doc["results"]:
+        if c.get("status") == "failed":
+            console.print(f"FAILED {c['engine']} {c['precision']}: {c['reason']}")
+    for r in throughput_ratio_pairs(throughput_rows(doc)):
+        console.print(r.text())
+    methods = {(c.get("summary") or {}).get("ci_method") for c in doc["results"]} - {None}
+    for m in sorted(methods):
+        console.print(f"CI: {m}")
+    if final is not None:
+        console.print(f"artifact: {final}")
+
+
+def _throughput_configuration(engines: str, precision: str, device: str, vram_limit: int | None, reserve: int,
+                              batch: int, runs: int, warmup_steps: int, steps: int, timeout: float | None,
+                              runtime: str, dataset: str, data_dir: str | None, cudnn_benchmark: bool,
+                              memory_limit: int | None, gpu: str | None) -> dict[str, Any]:
+    names = [e.name for e in parse_engines(engines)]
+    if batch <= 0:
+        raise Fail(f"--batch must be > 0 (got {batch})")
+    if batch < MODEL_MIN_BATCH["resnet50"]:
+        raise Fail(f"--batch must be ≥ {MODEL_MIN_BATCH['resnet50']}: ResNet-50 at 32×32 cannot "
+                   "train at batch 1 (BatchNorm over 1×1 maps needs 2 samples)")
+    if runs <= 0:
+        raise Fail(f"--runs must be > 0 (got {runs})")
+    if warmup_steps <= 0:
+        raise Fail(f"--warmup-steps must be > 0 (got {warmup_steps}): the warm-up loss is checked, and "
+                   "compilation/graph capture must happen outside the timed window")
+    if steps <= 0:
+        raise Fail(f"--steps must be > 0 (got {steps})")
+    _common_checks(device, vram_limit, memory_limit, dataset, data_dir, timeout)
+    return {
+        "engines": names, "precisions": ["fp32", "bf16"] if precision == "both" else [precision],
+        "device": device, "gpu": gpu, "vram_limit_mib": vram_limit, "reserve_mib": reserve,
+        "timeout_s": DEFAULT_TIMEOUT_S if timeout is None else timeout, "runtime": runtime,
+        "model": "resnet50", "dataset": dataset, "data_dir": data_dir, "cudnn_benchmark": cudnn_benchmark,
+        "memory_limit_mib": memory_limit, "seed": 0, "optimizer": "Adam lr 0.001", "loss": "cross-entropy",
+        "input": "32x32x3 (CIFAR-10 geometry), 10 classes",
+        "batch": batch, "runs": runs, "warmup_steps": warmup_steps, "steps": steps, "ci_level": 0.95,
+        "ci_method": "order-statistic (binomial, distribution-free) interval of the median; the actual level "
+                     "is reported (min–max when too few runs reach 95%)",
+        "vram_rule": "NVML watcher with budget B = L − R for every run (no calibration); --device cpu: none",
+    }
 
 
 def _configuration(engines: str, precision: str, device: str, vram_limit: int | None, reserve: int,
@@ -282,18 +462,9 @@ def _configuration(engines: str, precision: str, device: str, vram_limit: int | 
         raise Fail(f"--max-batch {max_batch} is below --start-batch {start_batch}")
     if calibration_batch <= 0:
         raise Fail(f"--calibration-batch must be > 0 (got {calibration_batch})")
-    if timeout is not None and timeout <= 0:
-        raise Fail(f"--timeout must be > 0 (got {timeout})")
     if strategy not in STRATEGIES:
         raise Fail(f"unknown --strategy {strategy!r} (known: {', '.join(STRATEGIES)})")
-    if device == "cpu" and vram_limit is not None:
-        raise Fail("--vram-limit applies to --device cuda; on the CPU use --memory-limit")
-    if memory_limit is not None and memory_limit <= 0:
-        raise Fail(f"--memory-limit must be > 0 MiB (got {memory_limit})")
-    if device == "cuda" and memory_limit is not None:
-        raise Fail("--memory-limit applies to --device cpu; on a GPU use --vram-limit")
-    if dataset == "synthetic" and data_dir:
-        raise Fail("--data-dir is only read with --dataset cifar10")
+    _common_checks(device, vram_limit, memory_limit, dataset, data_dir, timeout)
     return {
         "engines": names, "precisions": ["fp32", "bf16"] if precision == "both" else [precision],
         "device": device, "gpu": gpu, "vram_limit_mib": vram_limit, "reserve_mib": reserve,
@@ -307,13 +478,28 @@ def _configuration(engines: str, precision: str, device: str, vram_limit: int | 
     }
 
 
-def _new_doc(run_id: str, cfg: dict[str, Any], gpuctx: GpuContext | None, rt: Any, engines: list) -> dict[str, Any]:
+def _common_checks(device: str, vram_limit: int | None, memory_limit: int | None, dataset: str,
+                   data_dir: str | None, timeout: float | None) -> None:
+    if timeout is not None and timeout <= 0:
+        raise Fail(f"--timeout must be > 0 (got {timeout})")
+    if device == "cpu" and vram_limit is not None:
+        raise Fail("--vram-limit applies to --device cuda; on the CPU use --memory-limit")
+    if memory_limit is not None and memory_limit <= 0:
+        raise Fail(f"--memory-limit must be > 0 MiB (got {memory_limit})")
+    if device == "cuda" and memory_limit is not None:
+        raise Fail("--memory-limit applies to --device cpu; on a GPU use --vram-limit")
+    if dataset == "synthetic" and data_dir:
+        raise Fail("--data-dir is only read with --dataset cifar10")
+
+
+def _new_doc(run_id: str, cfg: dict[str, Any], gpuctx: GpuContext | None, rt: Any, engines: list,
+             benchmark: str = "maxbatch") -> dict[str, Any]:
     host = host_info()
     if gpuctx is not None:
         host["gpu"] = gpuctx.info.to_json()
     now = art.utc_iso()
     return {
-        "schema_version": art.SCHEMA_VERSION, "kind": "kitctl-artifact", "benchmark": "maxbatch",
+        "schema_version": art.SCHEMA_VERSION, "kind": "kitctl-artifact", "benchmark": benchmark,
         "run_id": run_id, "state": "running", "created_utc": now, "updated_utc": now, "finished_utc": None,
         "kit": kit_info(), "argv": sys.argv, "host": host, "runtime": {"name": rt.name},
         "configuration": cfg, "budget": gpuctx.budget.to_json() if gpuctx else None,

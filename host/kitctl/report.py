@@ -355,6 +355,18 @@ def caveats(src: Source) -> list[str]:
         if single:
             out.append(f"**One run only** — {_join(single)}: a single run, so no confidence interval; "
                        f"repeat with more runs before comparing.")
+        for c in _kit_cells(src):
+            if c.get("status") == "failed":
+                out.append(f"**Failed** — {_cell_label(c['engine'], c['precision'])}: {c.get('reason') or 'a run failed'}; "
+                           f"no figure is reported for it and none of its runs is averaged in.")
+        low = [f"{_cell_label(c['engine'], c['precision'])} ({(c.get('summary') or {})['ci_level'] * 100:.2f}%)"
+               for c in _kit_cells(src) if isinstance((c.get("summary") or {}).get("ci_level"), (int, float))
+               and isinstance((c.get("summary") or {}).get("ci_requested_level"), (int, float))
+               and c["summary"]["ci_level"] < c["summary"]["ci_requested_level"]]
+        if low:
+            out.append(f"**Interval below the requested level** — {_join(low)}: too few runs for a "
+                       f"distribution-free interval at the requested level; the min–max interval and its actual "
+                       f"confidence level are shown.")
     else:
         out.append("**One search** — each engine × precision was searched once and every candidate ran once; "
                    "the boundary was not repeated.")
@@ -489,9 +501,10 @@ def _measured_kitctl(src: Source) -> list[list[str]]:
     else:
         rows.append(["Speed rule", f"batch {_int(cfg.get('batch'))}; {_int(cfg.get('warmup_steps'))} warm-up "
                      f"steps, then {_int(cfg.get('steps'))} timed steps; images/s = images ÷ timed window; "
-                     f"{_int(cfg.get('runs'))} runs, each {fresh}; median and "
-                     + (f"{cfg['ci_level'] * 100:.0f}% " if isinstance(cfg.get("ci_level"), (int, float)) else "")
-                     + "confidence interval over runs"])
+                     f"{_int(cfg.get('runs'))} runs, each {fresh}; median and a confidence interval of the "
+                     "median over runs"
+                     + (f" (requested {cfg['ci_level'] * 100:g}%; each cell states the level it reaches)"
+                        if isinstance(cfg.get("ci_level"), (int, float)) else "")])
     b = d.get("budget")
     if b:
         emu = f", emulating a smaller card on {src.card_total_mib:,.0f} MiB" if b.get("emulated_smaller_card") else ""

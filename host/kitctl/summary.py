@@ -247,6 +247,9 @@ def throughput_rows(doc: dict[str, Any]) -> list[ThroughputRow]:
         runs = [r for r in c.get("runs") or [] if _num(r.get("images_per_second")) is not None]
         ips = [float(r["images_per_second"]) for r in runs]
         s = c.get("summary") or {}
+        failed = c.get("status") == "failed"  # a failed cell has no figure: never a median of its runs
+        if failed:
+            ips = []
         median = _num(s.get("median"))
         if median is None:
             median = _median(ips)
