@@ -297,7 +297,7 @@ def maxbatch(
                     raise Fail(f"--timeout must be > 0 (got {timeout})")
                 cfg["timeout_s"] = timeout
         else:
-            store, doc, cfg = None, None, None
+            store, doc = None, None
             cfg = _configuration(engines, precision.value, device.value, vram_limit, reserve, start_batch,
                                  max_batch, timeout, runtime.value, dataset.value, data_dir, cudnn_benchmark,
                                  memory_limit, calibration_batch, strategy, gpu)
