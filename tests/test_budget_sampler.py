@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from fake_nvml import MIB, FakeDevice, FakeNvmlLib, FakeProcess, NVMLError
-from kitctl.budget import Budget, BudgetError, Overhead, framework_budget, make_budget, overhead_from
+from fake_nvml import FakeDevice, FakeNvmlLib, FakeProcess, NVMLError
+from kitctl.budget import BudgetError, Overhead, framework_budget, make_budget, overhead_from
 from kitctl.gpu import GpuError, Nvml, check_idle
 from kitctl.outcome import KilledBy, MemoryPeaks, Status, TrialOutcome
 from kitctl.sampler import BASELINE_READS, NvmlSampler

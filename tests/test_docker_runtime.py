@@ -29,7 +29,7 @@ except ImportError:  # not installed: use the checkout
 docker = pytest.importorskip("docker")
 pytestmark = pytest.mark.docker
 
-from kitctl.compose import load_compose, provenance_build_args  # noqa: E402
+from kitctl.compose import load_compose  # noqa: E402
 from kitctl.outcome import KilledBy, MemoryPeaks, Status  # noqa: E402
 from kitctl.protocol import TrialRequest  # noqa: E402
 from kitctl.runtimes.base import RuntimeUnavailable  # noqa: E402

@@ -141,6 +141,18 @@ class Setup:
     notes: list[str]
 
 
+def _open_resume(resume: Path, timeout: float | None) -> tuple[ArtifactStore, dict[str, Any], dict[str, Any]]:
+    """A partial to continue: its own configuration, except a new --timeout; the resume is recorded."""
+    store, doc = art.open_for_resume(resume)
+    cfg = doc["configuration"]
+    doc.setdefault("resumes", []).append({"argv": sys.argv, "utc": art.utc_iso()})
+    if timeout is not None:
+        if timeout <= 0:
+            raise Fail(f"--timeout must be > 0 (got {timeout})")
+        cfg["timeout_s"] = timeout
+    return store, doc, cfg
+
+
 def _prepare(benchmark: str, cfg: dict[str, Any], doc: dict[str, Any] | None, store: ArtifactStore | None,
              results_dir: Path, python: str | None, require_gpu_idle: bool, idle_threshold: float) -> Setup:
     """Engines refused or not, data, GPU, runtime, the artifact and its provenance (both benchmarks).
@@ -289,13 +301,7 @@ def maxbatch(
     console = Console(highlight=False)
     try:
         if resume is not None:
-            store, doc = art.open_for_resume(resume)
-            cfg = doc["configuration"]
-            doc.setdefault("resumes", []).append({"argv": sys.argv, "utc": art.utc_iso()})
-            if timeout is not None:
-                if timeout <= 0:
-                    raise Fail(f"--timeout must be > 0 (got {timeout})")
-                cfg["timeout_s"] = timeout
+            store, doc, cfg = _open_resume(resume, timeout)
         else:
             store, doc = None, None
             cfg = _configuration(engines, precision.value, device.value, vram_limit, reserve, start_batch,
@@ -353,13 +359,7 @@ def throughput(
     console = Console(highlight=False)
     try:
         if resume is not None:
-            store, doc = art.open_for_resume(resume)
-            cfg = doc["configuration"]
-            doc.setdefault("resumes", []).append({"argv": sys.argv, "utc": art.utc_iso()})
-            if timeout is not None:
-                if timeout <= 0:
-                    raise Fail(f"--timeout must be > 0 (got {timeout})")
-                cfg["timeout_s"] = timeout
+            store, doc, cfg = _open_resume(resume, timeout)
         else:
             store, doc = None, None
             cfg = _throughput_configuration(engines, precision.value, device.value, vram_limit, reserve, batch,

@@ -153,6 +153,19 @@ def base_result(args, engine: str) -> dict:
     return result
 
 
+def record_steps(result: dict, args, warmup_seconds: float, window: float, steps: int,
+                 loss_warmup: float | None, loss_final: float | None) -> None:
+    """The measured part every trial reports the same way: warm-up time, the timed window
+    (throughput: images ÷ window, not a mean of per-step rates) and the losses/status."""
+    result["warmup_seconds"] = warmup_seconds
+    result["step_seconds"] = window / steps
+    if args.benchmark == "throughput":
+        images_done = args.batch * steps
+        result.update(images=images_done, window_seconds=window,
+                      images_per_second=images_done / window if window > 0 else None)
+    set_losses(result, loss_warmup, loss_final)
+
+
 def set_losses(result: dict, loss_warmup: float | None, loss_final: float | None) -> None:
     """Record the losses and set status: ok, or nonfinite if any measured loss is NaN/inf."""
     result["loss_warmup"] = loss_warmup

@@ -201,13 +201,7 @@ def _train(args, result: dict, device: torch.device) -> None:
     window = time.perf_counter() - t0
     loss_final = loss.item()
 
-    result["warmup_seconds"] = warmup_seconds
-    result["step_seconds"] = window / steps
-    if args.benchmark == "throughput":
-        images_done = args.batch * steps
-        result.update(images=images_done, window_seconds=window,
-                      images_per_second=images_done / window if window > 0 else None)
-    kittrial.set_losses(result, loss_warmup, loss_final)
+    kittrial.record_steps(result, args, warmup_seconds, window, steps, loss_warmup, loss_final)
 
 
 def _record_peaks(result: dict, device: torch.device) -> None:

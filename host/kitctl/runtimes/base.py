@@ -111,7 +111,7 @@ def classify(request: TrialRequest, raw: RawRun, peaks: MemoryPeaks, *, over_bud
 
     if raw.killed_by is KilledBy.KIT_VRAM_GATE:
         out.status = Status.VRAM_CAP_EXCEEDED
-        out.error = f"device delta went over the budget; killed by the kit"
+        out.error = "device delta went over the budget; killed by the kit"
         return out
     if raw.killed_by is KilledBy.KIT_DEADLINE:
         out.status = Status.TIMEOUT

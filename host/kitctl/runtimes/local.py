@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import threading
-from pathlib import Path
 from typing import Any
 
 from ..outcome import KilledBy, MemoryPeaks, TrialOutcome
