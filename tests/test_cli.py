@@ -79,9 +79,10 @@ def test_empty_engines(work):
     refuse(work, "run", "maxbatch", "--engines", " , ", "--device", "cpu", match="--engines is empty")
 
 
-def test_engine_named_but_not_implemented(work):
+def test_opennn_is_refused_on_cpu(work):
+    # its trial is built for CUDA only (images/opennn/build.sh)
     refuse(work, "run", "maxbatch", "--engines", "opennn-pool1", "--device", "cpu",
-           match="opennn-pool1 is not available")
+           match="opennn-pool1 cannot run on --device cpu")
 
 
 def test_engine_that_cannot_run_on_cpu(work):

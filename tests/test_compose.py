@@ -28,7 +28,7 @@ def test_the_repo_compose_names_every_implemented_engines_image():
         assert svc.name == ENGINES[name].service
         assert name in svc.engines
         assert svc.dockerfile_path == ROOT / f"images/{svc.name}/Dockerfile" and svc.dockerfile_path.is_file()
-    assert {c.service_for_engine(n).name for n in IMPLEMENTED} == {"pytorch", "tensorflow"}
+    assert {c.service_for_engine(n).name for n in IMPLEMENTED} == {"pytorch", "tensorflow", "opennn"}
     tf = c.service("tensorflow")
     assert tf.image.startswith("kitctl/tensorflow:") and tf.engines == ("tensorflow-xla",)
     assert (ROOT / "images/tensorflow" / tf.args["TF_LOCK"]).is_file()
@@ -120,3 +120,14 @@ def test_provenance_build_args_fill_the_oci_labels(tmp_path):
     assert args["BUILD_DATE"].endswith("Z") and "T" in args["BUILD_DATE"]
     merged = load_compose(ROOT / "compose.yaml", env={}).build_args("pytorch", args)
     assert merged["BUILD_DATE"] == args["BUILD_DATE"]
+
+
+def test_a_variant_some_services_lack_leaves_them_on_their_default_image():
+    from kitctl.runtimes.base import RuntimeUnavailable
+    from kitctl.runtimes.docker import compose_images
+
+    imgs = compose_images(["pytorch-eager", "opennn-pool1"], variant="cpu-ci", compose_path=ROOT / "compose.yaml")
+    c = load_compose(ROOT / "compose.yaml", env={})
+    assert imgs == {"pytorch-eager": c.image("pytorch", "cpu-ci"), "opennn-pool1": c.image("opennn")}
+    with pytest.raises(RuntimeUnavailable, match="no build variant 'nightly'"):
+        compose_images(["pytorch-eager"], variant="nightly", compose_path=ROOT / "compose.yaml")

@@ -102,6 +102,35 @@ def _open_gpu(gpu: str | None, vram_limit: int | None, reserve: int, require_idl
     return GpuContext(nvml, handle, info, budget)
 
 
+# What must match for a partial to continue on another GPU: the overheads calibrated on the first
+# card, and the search's verdicts so far, hold for a card of the same model, memory and driver.
+_SAME_GPU_KEYS = ("name", "total_mib", "driver")
+
+
+def _open_resumed_gpu(doc: dict[str, Any], gpu: str | None, cfg: dict[str, Any], require_idle: bool,
+                      idle_threshold: float) -> GpuContext:
+    """The partial's own GPU; or, with an explicit --gpu, another card of the same model, memory
+    and driver (a run moved to a twin machine), recorded in the resume entry."""
+    recorded = doc["host"].get("gpu") or {}
+    if gpu is None:
+        try:
+            return _open_gpu(recorded.get("uuid"), cfg["vram_limit_mib"], cfg["reserve_mib"], require_idle,
+                             idle_threshold)
+        except Fail as exc:
+            raise Fail(f"{exc}; the partial ran there — to continue on another {recorded.get('name', 'GPU')} "
+                       "with the same memory and driver, pass --gpu") from None
+    ctx = _open_gpu(gpu, cfg["vram_limit_mib"], cfg["reserve_mib"], require_idle, idle_threshold)
+    here = ctx.info.to_json()
+    if here.get("uuid") != recorded.get("uuid"):
+        differ = [f"{k} {recorded.get(k)!r} → {here.get(k)!r}" for k in _SAME_GPU_KEYS
+                  if recorded.get(k) != here.get(k)]
+        if differ:
+            raise Fail("--resume --gpu: not the same kind of card as the partial's ("
+                       + ", ".join(differ) + "); start a new run instead")
+        doc["resumes"][-1]["gpu"] = here
+    return ctx
+
+
 def _make_runtime(name: str, engines: list, device: str, gpu_uuid: str | None, run_id: str,
                   memory_limit: int | None, data_dir: str | None, python: str | None, notes: list[str]):
     """The runtime the run uses; `notes` collects what the user should know (fallback, sweep)."""
@@ -128,6 +157,10 @@ def _make_runtime(name: str, engines: list, device: str, gpu_uuid: str | None, r
                     notes.append(f"removed {len(rt.swept)} orphaned kit container(s): {', '.join(rt.swept)}")
                 return rt
             notes.extend(f"--runtime auto: using local ({why})" for why in fallback)
+    try:
+        LocalRuntime.check(engines)
+    except RuntimeUnavailable as exc:
+        raise Fail(str(exc)) from None
     return LocalRuntime(gpu_uuid=gpu_uuid, python=python, memory_limit_mib=memory_limit)
 
 
@@ -154,7 +187,8 @@ def _open_resume(resume: Path, timeout: float | None) -> tuple[ArtifactStore, di
 
 
 def _prepare(benchmark: str, cfg: dict[str, Any], doc: dict[str, Any] | None, store: ArtifactStore | None,
-             results_dir: Path, python: str | None, require_gpu_idle: bool, idle_threshold: float) -> Setup:
+             results_dir: Path, python: str | None, require_gpu_idle: bool, idle_threshold: float,
+             resume_gpu: str | None = None) -> Setup:
     """Engines refused or not, data, GPU, runtime, the artifact and its provenance (both benchmarks).
     Raises Fail and friends: the caller turns them into one line, exit 2."""
     if doc is not None and doc.get("benchmark") != benchmark:
@@ -169,8 +203,11 @@ def _prepare(benchmark: str, cfg: dict[str, Any], doc: dict[str, Any] | None, st
 
     gpuctx = None
     if cfg["device"] == "cuda":
-        want = cfg["gpu"] if doc is None else (doc["host"].get("gpu") or {}).get("uuid")
-        gpuctx = _open_gpu(want, cfg["vram_limit_mib"], cfg["reserve_mib"], require_gpu_idle, idle_threshold)
+        if doc is None:
+            gpuctx = _open_gpu(cfg["gpu"], cfg["vram_limit_mib"], cfg["reserve_mib"], require_gpu_idle,
+                               idle_threshold)
+        else:
+            gpuctx = _open_resumed_gpu(doc, resume_gpu, cfg, require_gpu_idle, idle_threshold)
     run_id = doc["run_id"] if doc else uuid.uuid4().hex[:12]
     notes: list[str] = []
     rt = _make_runtime(cfg["runtime"], plan_engines, cfg["device"], gpuctx.info.uuid if gpuctx else None,
@@ -257,7 +294,8 @@ def _exit_code(doc: dict[str, Any]) -> int:
 O_ENGINES = typer.Option("pytorch-eager", help=f"Comma-separated: {', '.join(ENGINES)}.")
 O_PRECISION = typer.Option(Precision.fp32, help="fp32, bf16 or both.")
 O_DEVICE = typer.Option(Device.cuda, help="cuda (default) or cpu.")
-O_GPU = typer.Option(None, help="GPU index (NVML order) or UUID; default 0.")
+O_GPU = typer.Option(None, help="GPU index (NVML order) or UUID; default 0. With --resume: continue on "
+                     "this GPU, which must be the same model, memory and driver as the partial's.")
 O_VRAM_LIMIT = typer.Option(None, help="L in MiB (default: the card's total): emulate a smaller card.")
 O_RESERVE = typer.Option(256, help="R in MiB; the budget is B = L − R.")
 O_TIMEOUT = typer.Option(None, help=f"Seconds per candidate before the kit kills it (default {DEFAULT_TIMEOUT_S:.0f}).")
@@ -307,7 +345,8 @@ def maxbatch(
             cfg = _configuration(engines, precision.value, device.value, vram_limit, reserve, start_batch,
                                  max_batch, timeout, runtime.value, dataset.value, data_dir, cudnn_benchmark,
                                  memory_limit, calibration_batch, strategy, gpu)
-        s = _prepare("maxbatch", cfg, doc, store, results_dir, python, require_gpu_idle, idle_threshold)
+        s = _prepare("maxbatch", cfg, doc, store, results_dir, python, require_gpu_idle, idle_threshold,
+                     resume_gpu=gpu)
         store, doc, plan_engines, gpuctx, rt, notes = s.store, s.doc, s.engines, s.gpuctx, s.rt, s.notes
     except (Fail, EngineError, DataError, ArtifactError, BudgetError, ValueError) as exc:
         err.print(f"kitctl: {exc}")
@@ -365,7 +404,8 @@ def throughput(
             cfg = _throughput_configuration(engines, precision.value, device.value, vram_limit, reserve, batch,
                                             runs, warmup_steps, steps, timeout, runtime.value, dataset.value,
                                             data_dir, cudnn_benchmark, memory_limit, gpu)
-        s = _prepare("throughput", cfg, doc, store, results_dir, python, require_gpu_idle, idle_threshold)
+        s = _prepare("throughput", cfg, doc, store, results_dir, python, require_gpu_idle, idle_threshold,
+                     resume_gpu=gpu)
         store, doc, gpuctx, rt = s.store, s.doc, s.gpuctx, s.rt
     except (Fail, EngineError, DataError, ArtifactError, BudgetError, ValueError) as exc:
         err.print(f"kitctl: {exc}")

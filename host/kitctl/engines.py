@@ -15,6 +15,7 @@ class Engine:
     benchmarks: frozenset[str]
     devices: frozenset[str]
     framework_cap: str  # how the framework is told its budget (artifact records it)
+    native: bool = False  # trial is a compiled program (paths.native_trial), not trials/<x>/trial.py
 
     def refuse(self, benchmark: str, device: str) -> str | None:
         """One line saying why this engine cannot run, or None."""
@@ -27,6 +28,7 @@ class Engine:
 
 _BOTH = frozenset({"maxbatch", "throughput"})
 _TORCH_CAP = "torch.cuda.set_per_process_memory_fraction"
+_OPENNN_CAP = "none: OpenNN has no allocator cap, the host VRAM gate is its budget"
 
 ENGINES: dict[str, Engine] = {
     e.name: e
@@ -39,15 +41,18 @@ ENGINES: dict[str, Engine] = {
                _BOTH, frozenset({"cuda"}), _TORCH_CAP),
         Engine("tensorflow-xla", "TensorFlow XLA", "TensorFlow", "tensorflow", "tensorflow", "xla",
                _BOTH, frozenset({"cuda", "cpu"}), "tf logical device memory_limit"),
+        # OpenNN has no allocator cap: the host's VRAM gate is its only budget. Its trial is
+        # built for CUDA (images/opennn/build.sh), so it runs on the GPU only.
         Engine("opennn-pool1", "OpenNN (batch pool 1)", "OpenNN", "opennn", "opennn", "pool1",
-               _BOTH, frozenset({"cuda", "cpu"}), "none (host gate only)"),
+               _BOTH, frozenset({"cuda"}), _OPENNN_CAP, native=True),
         Engine("opennn-default", "OpenNN (default pool)", "OpenNN", "opennn", "opennn", "default",
-               _BOTH, frozenset({"cuda", "cpu"}), "none (host gate only)"),
+               _BOTH, frozenset({"cuda"}), _OPENNN_CAP, native=True),
     )
 }
 
 # Engines whose trial exists in this tree; the others are named but refused in one line.
-IMPLEMENTED = frozenset({"pytorch-eager", "pytorch-compile", "pytorch-cudagraph", "tensorflow-xla"})
+IMPLEMENTED = frozenset({"pytorch-eager", "pytorch-compile", "pytorch-cudagraph", "tensorflow-xla",
+                         "opennn-pool1", "opennn-default"})
 
 
 # Smallest batch each model can train at: ResNet-50 on 32×32 inputs ends in 1×1 maps, where

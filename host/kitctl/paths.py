@@ -29,5 +29,21 @@ def trial_script(engine: str) -> Path:
     return kit_root() / "trials" / ENGINES[engine].trial / "trial.py"
 
 
+def native_prefix(engine: str) -> Path:
+    """Where images/<x>/build.sh installed a compiled trial for the local runtime:
+    KITCTL_<TRIAL>_PREFIX, else build/<trial>/ in the checkout (git-ignored)."""
+    trial = ENGINES[engine].trial
+    env = os.environ.get(f"KITCTL_{trial.upper()}_PREFIX")
+    return Path(env).resolve() if env else kit_root() / "build" / trial
+
+
+def native_trial(engine: str) -> Path:
+    return native_prefix(engine) / "bin" / f"kit-{ENGINES[engine].trial}-trial"
+
+
+def native_build_info(engine: str) -> Path:
+    return native_prefix(engine) / "share" / f"kit-{ENGINES[engine].trial}" / "build-info.json"
+
+
 def schema_path() -> Path:
     return Path(__file__).resolve().parent / "schema" / "artifact.schema.json"

@@ -5,6 +5,7 @@ set to the GPU's UUID so the trial's `cuda:0` is the GPU NVML resolved.
 """
 from __future__ import annotations
 
+import json
 import os
 import resource
 import signal
@@ -14,9 +15,10 @@ import threading
 from typing import Any
 
 from ..outcome import KilledBy, MemoryPeaks, TrialOutcome
-from ..paths import trial_script
+from ..engines import ENGINES
+from ..paths import native_build_info, native_trial, trial_script
 from ..protocol import TrialRequest
-from .base import RawRun, Runtime, Stopwatch, Watcher, classify
+from .base import RawRun, Runtime, RuntimeUnavailable, Stopwatch, Watcher, classify
 
 
 class _Group:
@@ -87,7 +89,19 @@ class LocalRuntime(Runtime):
         return env
 
     def command(self, request: TrialRequest) -> list[str]:
+        if ENGINES[request.engine].native:
+            return [str(native_trial(request.engine)), *request.argv()]
         return [self.python, str(trial_script(request.engine)), *request.argv()]
+
+    @staticmethod
+    def check(engines) -> None:
+        """A compiled trial must be built before a run starts (one line, not a crash per candidate)."""
+        for e in engines:
+            if e.native and not os.access(native_trial(e.name), os.X_OK):
+                raise RuntimeUnavailable(
+                    f"engine {e.name}: no trial program at {native_trial(e.name)} — build it with "
+                    f"images/{e.trial}/build.sh SRC_DIR {native_trial(e.name).parents[1]} (see README), set "
+                    f"KITCTL_{e.trial.upper()}_PREFIX to where it is installed, or use --runtime docker")
 
     def run(self, request: TrialRequest, *, timeout_s: float, watcher: Watcher | None = None) -> TrialOutcome:
         if watcher is not None:
@@ -133,5 +147,12 @@ class LocalRuntime(Runtime):
             self.current.kill(KilledBy.KIT_INTERRUPT)
 
     def describe(self, engine: str) -> dict[str, Any]:
+        if ENGINES[engine].native:
+            out: dict[str, Any] = {"runtime": self.name, "trial": str(native_trial(engine))}
+            try:  # how the program was built (commit, compilers, CUDA archs): build.sh writes it
+                out["build_info"] = json.loads(native_build_info(engine).read_text())
+            except (OSError, ValueError):
+                out["build_info"] = None
+            return out
         return {"runtime": self.name, "interpreter": self.python,
                 "trial": str(trial_script(engine))}
