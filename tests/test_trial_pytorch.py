@@ -21,6 +21,7 @@ sys.path.insert(0, str(ROOT / "trials" / "common"))
 sys.path.insert(0, str(ROOT / "trials" / "pytorch"))
 
 import kittrial  # noqa: E402
+from kitctl.protocol import parse_result  # noqa: E402
 from cifar_files import write_cifar10  # noqa: E402
 
 PROTOCOL_KEYS = {"protocol", "engine", "mode", "precision", "batch", "status", "loss_warmup",
@@ -210,3 +211,6 @@ def test_bad_flags_still_give_a_result_line():
     rc, r, _ = run_trial("--benchmark", "maxbatch", "--batch", 0, "--mode", "eager")
     assert (r["status"], rc) == ("error", 1)
     assert "--batch" in r["error"]
+    p = subprocess.run([sys.executable, str(TRIAL), "--benchmark", "maxbatch", "--batch", "0", "--mode", "eager"],
+                       capture_output=True, text=True, timeout=120)
+    assert parse_result(p.stdout)["status"] == "error"  # the host's parser accepts it: `error`, not `crash`

@@ -291,8 +291,12 @@ def run(argv: list[str] | None, modes: list[str], engine_of: Callable[[str], str
     except SystemExit as exc:
         if exc.code in (0, None):  # --help
             raise
-        # Bad flags still get a result line, so the host records `error`, not `crash`.
-        emit({"protocol": PROTOCOL, "status": "error", "engine": None,
+        # Bad flags still get a result line with every protocol key (the host's parser
+        # insists on them), so the host records `error`, not `crash`.
+        emit({"protocol": PROTOCOL, "engine": None, "mode": None, "precision": None, "batch": None,
+              "status": "error", "loss_warmup": None, "loss_final": None, "parameters": None,
+              "step_seconds": None, "framework_peak_mib": None,
+              "versions": {"python": platform.python_version(), "trial_protocol": PROTOCOL},
               "error": f"invalid arguments: {getattr(parser, 'last_error', None)}"})
         return 1
 

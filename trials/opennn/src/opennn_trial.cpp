@@ -1,0 +1,301 @@
+// kit-opennn-trial: kitctl's OpenNN trial (trial protocol v1). One candidate in, one
+// `KIT-RESULT <json>` line out, written the way an OpenNN user writes an application:
+//
+//   Configuration::set(Device, Type)  ->  ImageDataset over a class-folder tree (BinaryFile
+//   image cache)  ->  ResNet({3,4,6,3}, {64,128,256,512}, bottleneck)  ->  TrainingStrategy
+//   (CrossEntropy, no regularization, AdaptiveMomentEstimation)  ->  train().
+//
+// One epoch is one step: the dataset holds exactly `batch` images and the batch size is
+// `batch`. train() runs warm-up + measured epochs in one call (maximum epochs set explicitly;
+// on CUDA OpenNN first runs one more full step of its own and rolls its update back). The
+// optimizer's display (on, period 1) goes to stderr through kit::LineTap, and the trial times
+// the measured steps from its "Epoch: k" / "Training error: x" lines (kit::EpochTimeline): the
+// window starts when epoch W is announced and ends when epoch W+S-1's loss, read back from
+// the device, is printed.
+//
+// Everything that is not OpenNN (flags, data, image tree, result line, failure
+// classification) is kit_core (trials/opennn/core), which builds and is tested without OpenNN.
+#include <algorithm>
+#include <cfloat>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <limits>
+#include <optional>
+#include <string>
+
+#include "kit_build_info.h"
+#include "kit_data.h"
+#include "kit_protocol.h"
+
+#include "opennn/adaptive_moment_estimation.h"
+#include "opennn/configuration.h"
+#include "opennn/device_backend.h"
+#include "opennn/image_dataset.h"
+#include "opennn/memory_debug.h"
+#include "opennn/random_utilities.h"
+#include "opennn/standard_networks.h"
+#include "opennn/training_strategy.h"
+
+extern char** environ;
+
+namespace
+{
+
+constexpr float kLearningRate = 0.001f;
+
+kit::Json shape_json(const opennn::Shape& shape)
+{
+    kit::Json dims = kit::Json::array();
+    for (const Eigen::Index d : shape) dims.push_back(static_cast<long long>(d));
+    return dims;
+}
+
+[[maybe_unused]] std::string version_text(int v)  // CUDA's 13000 -> "13.0"
+{
+    return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+}
+
+// OPENNN_* variables change what OpenNN does (profiling, sync, legacy conv, ...): record them.
+kit::Json opennn_environment()
+{
+    kit::Json env = kit::Json::object();
+    for (char** e = environ; e && *e; ++e)
+    {
+        const std::string entry = *e;
+        if (entry.rfind("OPENNN_", 0) != 0) continue;
+        const size_t eq = entry.find('=');
+        env.set(entry.substr(0, eq), eq == std::string::npos ? "" : entry.substr(eq + 1));
+    }
+    return env;
+}
+
+void describe_device(const kit::Args& args, kit::Json& versions, kit::Json& settings)
+{
+#ifdef OPENNN_HAS_CUDA
+    int runtime = 0, driver = 0;
+    if (cudaRuntimeGetVersion(&runtime) == cudaSuccess) versions.set("cuda", version_text(runtime));
+    if (cudaDriverGetVersion(&driver) == cudaSuccess) versions.set("cuda_driver", version_text(driver));
+    versions.set("cudnn", static_cast<long long>(cudnnGetVersion()));
+    versions.set("cudnn_header", KIT_CUDNN_HEADER_VERSION);
+    versions.set("cuda_architectures", KIT_CUDA_ARCHITECTURES);
+    if (args.device == "cuda")
+    {
+        cudaDeviceProp props{};
+        if (cudaGetDeviceProperties(&props, 0) == cudaSuccess)
+        {
+            versions.set("device", props.name);
+            versions.set("compute_capability", std::to_string(props.major) + "." + std::to_string(props.minor));
+            settings.set("device_total_mib", std::round(double(props.totalGlobalMem) / 1048576.0 * 10) / 10);
+        }
+        cudaGetLastError();
+    }
+#else
+    (void)settings;
+    versions.set("cuda", nullptr);
+    if (args.device == "cuda")
+        throw kit::TrialError("--device cuda, but this OpenNN was built without CUDA (OPENNN_HAS_CUDA unset)");
+#endif
+}
+
+void train_opennn(const kit::Args& args, kit::Json& result)
+{
+    using namespace opennn;
+
+    kit::Json& settings = result["settings"];
+    kit::Json& versions = result["versions"];
+    versions.set("framework", "opennn");
+    versions.set("opennn", KIT_OPENNN_VERSION);
+    versions.set("opennn_commit", KIT_OPENNN_COMMIT);
+    versions.set("compiler", KIT_CXX_COMPILER);
+    versions.set("cuda_compiler", std::string(KIT_CUDA_COMPILER).empty() ? kit::Json() : kit::Json(KIT_CUDA_COMPILER));
+    describe_device(args, versions, settings);
+
+    const bool on_cuda = args.device == "cuda";
+    const auto [warmup_steps, steps] = kit::step_counts(args);
+
+    // ---- configuration: device and training type, before the network is built (compile()
+    // snapshots it). resolve() throws for a missing GPU or bf16 below compute capability 8.0.
+    Configuration::instance().set(on_cuda ? Device::CUDA : Device::CPU,
+                                  args.precision == "bf16" ? Type::BF16 : Type::FP32);
+    const Configuration::Resolved resolved = Configuration::instance().resolve();
+    set_seed(static_cast<unsigned>(args.seed));
+
+    // --cudnn-benchmark: OpenNN's counterpart of cuDNN autotuning is its cudnn-frontend conv
+    // autotune, which only runs with the workspace cap off. Without the flag the library
+    // default stays (heuristic plan under the AUTO workspace cap), explicitly.
+    if (args.cudnn_benchmark)
+    {
+        device::set_conv_autotune(true);
+        device::set_conv_workspace_cap(0);
+    }
+    else
+        device::set_conv_autotune(false);
+
+    settings.set("memory_budget_enforced",
+                 on_cuda ? "no: OpenNN has no allocator cap (host VRAM gate only)"
+                         : "no: OpenNN has no allocator cap; on cpu the host limits memory");
+
+    // ---- data: exactly `batch` images in a temporary class-folder tree, read by ImageDataset
+    // into its BinaryFile image cache (<tree>/.cache/images.bin).
+    kit::ImageBatch data = args.dataset == "cifar10"
+        ? (args.data_dir ? kit::load_cifar10(*args.data_dir, args.batch)
+                         : throw kit::TrialError("--dataset cifar10 needs --data-dir"))
+        : kit::synthetic_batch(args.batch, args.seed);
+    kit::Json data_info = data.info;
+    data_info.set("digest", kit::batch_digest(data));
+    data_info.set("shape_hwc", kit::Json::array({32, 32, 3}));
+
+    kit::ImageTree tree(data);
+    data_info.set("tree", tree.root().string());
+    data_info.set("tree_format", tree.format());
+    data_info.set("classes_in_tree", tree.classes());
+
+    ImageDataset dataset(tree.root());
+    dataset.set_display(false);
+    dataset.set_sample_roles("Training");  // read_images() split the samples at random
+
+    if (dataset.get_samples_number("Training") != args.batch)
+        throw kit::TrialError("OpenNN's ImageDataset found " + std::to_string(dataset.get_samples_number("Training")) +
+                              " training images in " + tree.root().string() + ", expected " +
+                              std::to_string(args.batch));
+    if (dataset.get_storage_mode() != Dataset::StorageMode::BinaryFile)
+        throw kit::TrialError("ImageDataset is not in BinaryFile storage mode: " + dataset.get_storage_mode_string());
+    data_info.set("input_shape", shape_json(dataset.get_shape("Input")));
+    data_info.set("target_shape", shape_json(dataset.get_shape("Target")));
+    data_info.set("storage_mode", dataset.get_storage_mode_string());
+    data_info.set("normalization", "OpenNN's Scaling layer (ImageMinMax: x/255), applied when batches are filled");
+    // The cache file is open (ImageDataset reads it with pread from then on); nothing reads
+    // the tree again, so it goes now and cannot outlive a killed trial.
+    tree.remove();
+    data_info.set("tree_removed_after_cache_open", true);
+    settings.set("data", data_info);
+
+    // ---- model: ResNet-50 v1.5 (bottleneck, stride on the 3x3), ImageNet stem.
+    ResNet network(dataset.get_shape("Input"),
+                   {3, 4, 6, 3},
+                   Shape{64, 128, 256, 512},
+                   dataset.get_shape("Target"),
+                   /*use_bottleneck=*/true);
+    result.set("parameters", static_cast<long long>(network.get_parameters_number()));
+    settings.set("model_impl", "opennn::ResNet(input, {3,4,6,3}, {64,128,256,512}, target, use_bottleneck=true): "
+                               "ResNet-50 v1.5, 7x7/2 stem + 3x3/2 max-pool, batch norm, softmax classifier");
+    settings.set("layers", static_cast<long long>(network.get_layers_number()));
+
+    if (kit::fault_requested("nan"))  // test hook: real non-finite losses from the engine
+        network.set_parameters(VectorR::Constant(network.get_parameters_size(),
+                                                 std::numeric_limits<float>::quiet_NaN()));
+
+    // ---- training strategy.
+    TrainingStrategy training_strategy(&network, &dataset);
+    training_strategy.set_loss("CrossEntropy");
+    training_strategy.get_loss()->set_regularization("NoRegularization");
+    training_strategy.set_optimization_algorithm("AdaptiveMomentEstimation");
+
+    auto* adam = dynamic_cast<AdaptiveMomentEstimation*>(training_strategy.get_optimization_algorithm());
+    if (!adam) throw kit::TrialError("OpenNN did not create an AdaptiveMomentEstimation optimizer");
+
+    const int64_t epochs = warmup_steps + steps;  // one epoch = one step
+    adam->set_learning_rate(kLearningRate);
+    adam->set_batch_size(Eigen::Index(args.batch));
+    adam->set_update_period(1);
+    adam->set_maximum_epochs(Eigen::Index(epochs));
+    adam->set_maximum_time(std::numeric_limits<float>::max());
+    adam->set_loss_goal(-std::numeric_limits<float>::infinity());
+    adam->set_maximum_validation_failures(std::numeric_limits<Eigen::Index>::max());
+    adam->set_gradient_clip_norm(0.0f);
+    adam->set_shuffle(false);
+    adam->set_cuda_graph(false);
+    adam->set_restore_best(false);
+    adam->set_batch_pool_size(args.mode == "pool1" ? 1 : 0);  // 0 = OpenNN's default depth
+    adam->set_display(true);          // to stderr; the epoch lines time the steps
+    adam->set_display_period(1);
+
+    const int workers = adam->get_workers_number();
+    kit::Json opennn_settings = kit::Json::object();
+    opennn_settings.set("device", on_cuda ? "CUDA" : "CPU");
+    opennn_settings.set("training_type", resolved.training_type == Type::BF16 ? "BF16" : "FP32");
+    opennn_settings.set("loss", "CrossEntropy");
+    opennn_settings.set("regularization", "NoRegularization");
+    opennn_settings.set("maximum_epochs", epochs);
+    opennn_settings.set("epoch_is_one_step", true);
+    opennn_settings.set("builtin_cuda_warmup_step", on_cuda);
+    opennn_settings.set("batch_pool_size", args.mode == "pool1" ? kit::Json(1) : kit::Json("library default"));
+    opennn_settings.set("batch_pool_size_effective",
+                        args.mode == "pool1" ? 1 : (on_cuda ? std::max(workers + 1, 3) : 1));
+    opennn_settings.set("batch_workers", workers);
+    opennn_settings.set("shuffle", adam->get_shuffle());
+    opennn_settings.set("cuda_graph", adam->get_cuda_graph());
+    opennn_settings.set("gradient_clip_norm", double(adam->get_gradient_clip_norm()));
+    opennn_settings.set("conv_autotune", device::conv_autotune_enabled());
+    opennn_settings.set("conv_workspace_cap", args.cudnn_benchmark ? "off (autotune)" : "AUTO (library default)");
+    opennn_settings.set("display", "on, every epoch, to stderr (the step timing reads it)");
+    opennn_settings.set("timing", "from OpenNN's display lines: 'Epoch: W' announced .. 'Training error' of epoch "
+                                  "W+S-1 printed (the loss is read back from the device first)");
+    opennn_settings.set("march", KIT_OPENNN_MARCH);
+    opennn_settings.set("lto", KIT_OPENNN_LTO);
+    opennn_settings.set("environment", opennn_environment());
+    settings.set("opennn", opennn_settings);
+
+    kit::Json optimizer = kit::Json::object();
+    optimizer.set("name", "AdaptiveMomentEstimation");
+    optimizer.set("lr", double(adam->get_learning_rate()));
+    optimizer.set("beta_1", 0.9);
+    optimizer.set("beta_2", 0.999);
+    optimizer.set("epsilon", double(FLT_EPSILON));
+    optimizer.set("batch_size", args.batch);
+    settings.set("optimizer", optimizer);
+    settings.set("loss", "cross_entropy");
+
+    kit::fault_point();
+
+    // ---- train: warm-up epochs, then the measured ones, in one train() call. The result is
+    // printed from here, OpenNN's objects still alive: neither a failure's nor a success's
+    // teardown (CUDA/cuDNN frees, destructors syncing streams) can turn it into a crash.
+    kit::EpochTimeline timeline;
+    kit::set_line_observer([&timeline](std::string_view line, kit::Clock::time_point when) {
+        timeline.on_line(line, when);
+    });
+    try
+    {
+        const kit::Clock::time_point start = kit::Clock::now();
+        const TrainingResult training = training_strategy.train();
+        const double train_seconds = std::chrono::duration<double>(kit::Clock::now() - start).count();
+        kit::set_line_observer(nullptr);
+        memory_debug::print(std::cerr);  // prints only with OPENNN_MEMORY_DEBUG=1
+
+        const Eigen::Index done = training.get_epochs_number();
+        settings.set("opennn_stopping_condition", training.write_stopping_condition());
+        settings.set("train_seconds", train_seconds);
+        if (done != epochs)
+            throw kit::TrialError("OpenNN trained " + std::to_string(done) + " of " + std::to_string(epochs) +
+                                  " epochs (stopping condition: " + training.write_stopping_condition() + ")");
+
+        const kit::StepWindow window = kit::step_window(timeline, start, warmup_steps, steps);
+        std::optional<double> loss_warmup;
+        if (warmup_steps > 0)
+            loss_warmup = double(training.training_error_history(Eigen::Index(warmup_steps - 1)));
+        const double loss_final = double(training.training_error_history(Eigen::Index(epochs - 1)));
+
+        result.set("host_peak_rss_mib", kit::peak_rss_mib());
+        kit::record_steps(result, args, window.warmup_seconds, window.window_seconds, steps, loss_warmup, loss_final);
+    }
+    catch (...)
+    {
+        kit::set_line_observer(nullptr);
+        result.set("host_peak_rss_mib", kit::peak_rss_mib());
+        kit::finish_now(result, std::current_exception());
+    }
+    kit::finish_now(result);
+}
+
+}  // namespace
+
+int main(int argc, char** argv)
+{
+    const kit::Engine engine{{"pool1", "default"}, [](const std::string& mode) { return "opennn-" + mode; }};
+    // Failures before training come back here; skip static destructors (CUDA/cuDNN teardown).
+    kit::exit_now(kit::run(argc, argv, engine, train_opennn));
+}

@@ -1,0 +1,667 @@
+// Unit tests of kit_core (no OpenNN, no network). A self-contained runner: each TEST registers
+// itself, CHECK records a failure and goes on, and the last line is "N passed, N failed".
+//
+//   kit-core-tests            run every test
+//   kit-core-tests NAME...    run the tests whose names contain NAME
+#include <atomic>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <limits>
+#include <new>
+#include <sstream>
+#include <string>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include "kit_args.h"
+#include "kit_data.h"
+#include "kit_json.h"
+#include "kit_protocol.h"
+
+namespace fs = std::filesystem;
+using namespace kit;
+
+namespace
+{
+
+struct Test
+{
+    const char* name;
+    std::function<void()> body;
+};
+
+std::vector<Test>& registry()
+{
+    static std::vector<Test> tests;
+    return tests;
+}
+
+struct Register
+{
+    Register(const char* name, std::function<void()> body) { registry().push_back({name, std::move(body)}); }
+};
+
+int g_failures = 0;
+
+#define TEST(name)                                   \
+    static void test_##name();                       \
+    static Register register_##name(#name, test_##name); \
+    static void test_##name()
+
+#define CHECK(cond)                                                                    \
+    do {                                                                               \
+        if (!(cond)) {                                                                 \
+            ++g_failures;                                                              \
+            std::cerr << __FILE__ << ":" << __LINE__ << ": CHECK failed: " #cond "\n"; \
+        }                                                                              \
+    } while (0)
+
+#define CHECK_EQ(a, b)                                                                       \
+    do {                                                                                     \
+        const auto& _a = (a);                                                                \
+        const auto& _b = (b);                                                                \
+        if (!(_a == _b)) {                                                                   \
+            ++g_failures;                                                                    \
+            std::cerr << __FILE__ << ":" << __LINE__ << ": CHECK_EQ failed: " #a " == " #b   \
+                      << "\n    left:  " << _a << "\n    right: " << _b << "\n";            \
+        }                                                                                    \
+    } while (0)
+
+#define CHECK_THROWS_WITH(expr, fragment)                                                        \
+    do {                                                                                         \
+        bool _threw = false;                                                                     \
+        try { (void)(expr); } catch (const std::exception& _e) {                                 \
+            _threw = true;                                                                       \
+            if (std::string(_e.what()).find(fragment) == std::string::npos) {                    \
+                ++g_failures;                                                                    \
+                std::cerr << __FILE__ << ":" << __LINE__ << ": message '" << _e.what()           \
+                          << "' lacks '" << fragment << "'\n";                                   \
+            }                                                                                    \
+        }                                                                                        \
+        if (!_threw) {                                                                           \
+            ++g_failures;                                                                        \
+            std::cerr << __FILE__ << ":" << __LINE__ << ": no exception from " #expr "\n";       \
+        }                                                                                        \
+    } while (0)
+
+// A scratch folder removed at the end of the test.
+struct TempDir
+{
+    fs::path path;
+    TempDir()
+    {
+        std::string templ = (fs::temp_directory_path() / "kit-core-test-XXXXXX").string();
+        path = mkdtemp(templ.data());
+    }
+    ~TempDir()
+    {
+        std::error_code ec;
+        fs::remove_all(path, ec);
+    }
+};
+
+const std::vector<std::string> kModes = {"pool1", "default"};
+
+ParseResult parse(std::vector<std::string> argv) { return parse_args(argv, kModes); }
+
+std::vector<std::string> base_argv()
+{
+    return {"--benchmark", "maxbatch", "--batch", "4", "--mode", "pool1"};
+}
+
+std::vector<std::string> keys(const Json& object)
+{
+    std::vector<std::string> out;
+    for (const auto& [k, v] : object.items()) out.push_back(k);
+    return out;
+}
+
+std::string join(const std::vector<std::string>& v)
+{
+    std::string out;
+    for (const auto& s : v) out += (out.empty() ? "" : ",") + s;
+    return out;
+}
+
+// A tiny CIFAR-10 in the binary layout, as tests/cifar_files.py writes it: record i has
+// channel planes filled with i, 100 + i, 200 - i and label i % 10.
+fs::path write_cifar_bin(const fs::path& parent, std::vector<int> sizes)
+{
+    const fs::path folder = parent / "cifar-10-batches-bin";
+    fs::create_directories(folder);
+    int index = 0;
+    for (size_t k = 0; k < sizes.size(); ++k)
+    {
+        std::ofstream out(folder / ("data_batch_" + std::to_string(k + 1) + ".bin"), std::ios::binary);
+        for (int r = 0; r < sizes[k]; ++r, ++index)
+        {
+            out.put(char(index % 10));
+            for (int c = 0; c < 3; ++c)
+            {
+                const uint8_t v = uint8_t(c == 0 ? index : c == 1 ? 100 + index : 200 - index);
+                for (int p = 0; p < 1024; ++p) out.put(char(v));
+            }
+        }
+    }
+    return folder;
+}
+
+std::vector<uint8_t> read_file(const fs::path& p)
+{
+    std::ifstream in(p, std::ios::binary);
+    return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------- JSON
+
+TEST(json_strings_are_escaped_to_ascii)
+{
+    CHECK_EQ(json_quote("plain"), "\"plain\"");
+    CHECK_EQ(json_quote("a\"b\\c"), "\"a\\\"b\\\\c\"");
+    CHECK_EQ(json_quote("tab\tnl\ncr\r"), "\"tab\\tnl\\ncr\\r\"");
+    CHECK_EQ(json_quote(std::string("\x01\x1f", 2)), "\"\\u0001\\u001f\"");
+    CHECK_EQ(json_quote("caf\xc3\xa9"), "\"caf\\u00e9\"");             // 2-byte UTF-8
+    CHECK_EQ(json_quote("\xe2\x82\xac"), "\"\\u20ac\"");                // 3-byte
+    CHECK_EQ(json_quote("\xf0\x9f\x98\x80"), "\"\\ud83d\\ude00\"");     // 4-byte: surrogates
+    CHECK_EQ(json_quote("bad\xff\xc3"), "\"bad\\ufffd\\ufffd\"");       // invalid bytes
+    CHECK_EQ(json_quote("\xc0\x80"), "\"\\ufffd\\ufffd\"");             // overlong
+    CHECK_EQ(json_quote(std::string("nul\0x", 5)), "\"nul\\u0000x\"");
+}
+
+TEST(json_numbers_round_trip_and_non_finite_is_null)
+{
+    CHECK_EQ(json_number(0.1), "0.1");
+    CHECK_EQ(json_number(2.0), "2");
+    CHECK_EQ(json_number(-1.5e-7), "-1.5e-07");
+    CHECK_EQ(json_number(std::nan("")), "null");
+    CHECK_EQ(json_number(std::numeric_limits<double>::infinity()), "null");
+    CHECK_EQ(json_number(-std::numeric_limits<double>::infinity()), "null");
+    CHECK_EQ(std::stod(json_number(2.3025850929940455)), 2.3025850929940455);
+    CHECK_EQ(Json(int64_t(-3)).dump(), "-3");
+    CHECK_EQ(Json(size_t(7)).dump(), "7");
+}
+
+TEST(json_objects_keep_order_and_replace_in_place)
+{
+    Json o = Json::object();
+    o.set("b", 1);
+    o.set("a", Json::array({Json(true), Json(), Json("x")}));
+    o["c"]["d"] = 2.5;
+    o.set("b", "again");
+    CHECK_EQ(o.dump(), "{\"b\":\"again\",\"a\":[true,null,\"x\"],\"c\":{\"d\":2.5}}");
+    CHECK(o.contains("c") && !o.contains("z"));
+    CHECK_EQ(Json::object().dump(), "{}");
+    CHECK_EQ(Json::array().dump(), "[]");
+}
+
+// ------------------------------------------------------------------------------------- flags
+
+TEST(args_defaults_and_required)
+{
+    const ParseResult r = parse(base_argv());
+    CHECK(r.ok);
+    CHECK_EQ(r.args.benchmark, "maxbatch");
+    CHECK_EQ(r.args.batch, 4);
+    CHECK_EQ(r.args.mode, "pool1");
+    CHECK_EQ(r.args.precision, "fp32");
+    CHECK_EQ(r.args.dataset, "synthetic");
+    CHECK_EQ(r.args.device, "cuda");
+    CHECK_EQ(r.args.model, "resnet50");
+    CHECK_EQ(r.args.seed, 0);
+    CHECK(!r.args.data_dir && !r.args.memory_budget_mib && !r.args.warmup_steps && !r.args.steps);
+    CHECK(!r.args.cudnn_benchmark);
+    CHECK(step_counts(r.args) == std::make_pair(int64_t(1), int64_t(1)));
+
+    const ParseResult missing = parse({"--batch", "3"});
+    CHECK(!missing.ok);
+    CHECK_EQ(missing.error, "the following arguments are required: --benchmark, --mode");
+}
+
+TEST(args_all_flags_both_spellings)
+{
+    const ParseResult r = parse({"--benchmark=throughput", "--batch", "128", "--precision", "bf16",
+                                 "--mode=default", "--model", "resnet50", "--dataset", "cifar10",
+                                 "--data-dir", "/data/c", "--memory-budget-mib", "1000", "--device", "cpu",
+                                 "--seed", "-4", "--warmup-steps", "0", "--steps", "7", "--cudnn-benchmark"});
+    CHECK(r.ok);
+    CHECK_EQ(r.args.benchmark, "throughput");
+    CHECK_EQ(r.args.precision, "bf16");
+    CHECK_EQ(r.args.mode, "default");
+    CHECK_EQ(*r.args.data_dir, "/data/c");
+    CHECK_EQ(*r.args.memory_budget_mib, 1000);
+    CHECK_EQ(r.args.device, "cpu");
+    CHECK_EQ(r.args.seed, -4);
+    CHECK(r.args.cudnn_benchmark);
+    CHECK(step_counts(r.args) == std::make_pair(int64_t(0), int64_t(7)));
+
+    const ParseResult defaults = parse({"--benchmark", "throughput", "--batch", "2", "--mode", "pool1"});
+    CHECK(step_counts(defaults.args) == std::make_pair(int64_t(10), int64_t(50)));
+}
+
+TEST(args_errors_read_like_argparse)
+{
+    auto error_of = [](std::vector<std::string> extra) {
+        std::vector<std::string> argv = base_argv();
+        argv.insert(argv.end(), extra.begin(), extra.end());
+        const ParseResult r = parse(argv);
+        return r.ok ? std::string("<ok>") : r.error;
+    };
+    // The same texts kittrial.build_parser's argparse produces for these argvs.
+    CHECK_EQ(error_of({"--batch", "0"}), "argument --batch: must be an integer >= 1, got '0'");
+    CHECK_EQ(error_of({"--batch", "-1"}), "argument --batch: must be an integer >= 1, got '-1'");
+    CHECK_EQ(error_of({"--batch", "two"}), "argument --batch: must be an integer >= 1, got 'two'");
+    CHECK_EQ(error_of({"--mode", "x"}), "argument --mode: invalid choice: 'x' (choose from 'pool1', 'default')");
+    CHECK_EQ(error_of({"--seed", "x"}), "argument --seed: invalid int value: 'x'");
+    CHECK_EQ(error_of({"--steps", "0"}), "argument --steps: must be an integer >= 1, got '0'");
+    CHECK_EQ(error_of({"--warmup-steps", "-2"}), "argument --warmup-steps: must be an integer >= 0, got '-2'");
+    CHECK_EQ(error_of({"--memory-budget-mib", "0"}), "argument --memory-budget-mib: must be an integer >= 1, got '0'");
+    CHECK_EQ(error_of({"--cudnn-benchmark=1"}), "argument --cudnn-benchmark: ignored explicit argument '1'");
+    CHECK_EQ(error_of({"foo", "--zzz"}), "unrecognized arguments: foo --zzz");
+    CHECK_EQ(error_of({"--s", "3"}), "ambiguous option: --s could match --seed, --steps");
+    CHECK_EQ(error_of({"--seed"}), "argument --seed: expected one argument");
+    CHECK_EQ(parse({"--benchmark", "maxbatch", "--batch", "--mode", "pool1"}).error,
+             "argument --batch: expected one argument");
+    CHECK_EQ(error_of({"--device", "tpu"}), "argument --device: invalid choice: 'tpu' (choose from 'cuda', 'cpu')");
+}
+
+TEST(args_python_int_prefixes_and_last_wins)
+{
+    std::vector<std::string> argv = base_argv();
+    for (const char* s : {"--bat", " +8 ", "--see", "1_0", "--batch", "9", "--cudnn"}) argv.push_back(s);
+    const ParseResult r = parse(argv);
+    CHECK(r.ok);
+    CHECK_EQ(r.args.batch, 9);
+    CHECK_EQ(r.args.seed, 10);
+    CHECK(r.args.cudnn_benchmark);
+    CHECK(!parse({"--benchmark", "maxbatch", "--batch", "1__0", "--mode", "pool1"}).ok);
+    CHECK(!parse({"--benchmark", "maxbatch", "--batch", "99999999999999999999", "--mode", "pool1"}).ok);
+}
+
+TEST(args_help)
+{
+    CHECK(parse({"--help"}).help);
+    CHECK(parse({"-h"}).help);
+    CHECK(parse({"--he"}).help);
+    const std::string u = usage("kit-opennn-trial", kModes);
+    CHECK(u.find("--mode {pool1,default}") != std::string::npos);
+    CHECK(u.find("[--cudnn-benchmark]") != std::string::npos);
+}
+
+// ------------------------------------------------------------------------------------ result
+
+TEST(base_result_has_every_protocol_key_in_kittrials_order)
+{
+    Args a = parse(base_argv()).args;
+    const Json r = base_result(a, "opennn-pool1");
+    CHECK_EQ(join(keys(r)), "protocol,engine,mode,precision,batch,status,loss_warmup,loss_final,"
+                            "parameters,step_seconds,framework_peak_mib,versions,error,benchmark,settings");
+    CHECK_EQ(join(keys(*r.find("settings"))), "model,dataset,data_dir,device,seed,warmup_steps,steps,"
+                                              "memory_budget_mib,cudnn_benchmark");
+    CHECK_EQ(r.find("status")->as_string(), "error");
+    CHECK_EQ(r.find("versions")->find("trial_protocol")->as_int(), 1);
+
+    a.benchmark = "throughput";
+    const Json t = base_result(a, "opennn-default");
+    CHECK(t.contains("images") && t.contains("window_seconds") && t.contains("warmup_seconds") &&
+          t.contains("images_per_second"));
+    CHECK_EQ(t.find("settings")->find("steps")->as_int(), 50);
+}
+
+TEST(set_losses_and_record_steps_follow_kittrial)
+{
+    Args a = parse({"--benchmark", "throughput", "--batch", "8", "--mode", "pool1", "--steps", "4"}).args;
+    Json r = base_result(a, "opennn-pool1");
+    record_steps(r, a, 1.5, 2.0, 4, 2.3, 2.1);
+    CHECK_EQ(r.find("status")->as_string(), "ok");
+    CHECK(r.find("error")->is_null());
+    CHECK_EQ(r.find("step_seconds")->as_double(), 0.5);
+    CHECK_EQ(r.find("images")->as_int(), 32);
+    CHECK_EQ(r.find("window_seconds")->as_double(), 2.0);
+    CHECK_EQ(r.find("images_per_second")->as_double(), 16.0);
+    CHECK_EQ(r.find("warmup_seconds")->as_double(), 1.5);
+
+    Json n = base_result(a, "opennn-pool1");
+    set_losses(n, std::nullopt, std::nan(""));
+    CHECK_EQ(n.find("status")->as_string(), "nonfinite");
+    CHECK_EQ(n.find("error")->as_string(), "non-finite loss: loss_final=nan");
+    CHECK(n.dump().find("\"loss_final\":null") != std::string::npos);
+    set_losses(n, std::numeric_limits<double>::infinity(), 1.0);
+    CHECK_EQ(n.find("error")->as_string(), "non-finite loss: loss_warmup=inf");
+
+    Args m = parse(base_argv()).args;  // maxbatch: no throughput keys, warmup_seconds as kittrial
+    Json mr = base_result(m, "opennn-pool1");
+    record_steps(mr, m, 0.25, 0.125, 1, 1.0, 2.0);
+    CHECK(!mr.contains("images"));
+    CHECK_EQ(mr.find("step_seconds")->as_double(), 0.125);
+    CHECK(mr.contains("warmup_seconds"));
+}
+
+TEST(bad_arguments_line_has_every_required_key)
+{
+    const Json r = bad_arguments_result("argument --batch: expected one argument");
+    for (const char* k : {"protocol", "engine", "mode", "precision", "batch", "status", "error"})
+        CHECK(r.contains(k));
+    CHECK_EQ(r.find("status")->as_string(), "error");
+    CHECK_EQ(r.find("error")->as_string(), "invalid arguments: argument --batch: expected one argument");
+    CHECK_EQ(result_line(r).rfind("KIT-RESULT {\"protocol\":1,", 0), size_t(0));
+}
+
+// ------------------------------------------------------------------------------- classifying
+
+namespace
+{
+
+template <typename E>
+std::exception_ptr make(E e) { return std::make_exception_ptr(e); }
+
+}  // namespace
+
+TEST(oom_classification)
+{
+    // OpenNN's check_cuda_status() texts.
+    CHECK(is_oom(make(std::runtime_error("CUDA Error: 2 in /src/opennn/device_backend.cpp:94"))));
+    CHECK(is_oom(make(std::runtime_error("cuDNN Error: 4004 in /src/opennn/batch_norm_operator.cpp:10"))));
+    CHECK(is_oom(make(std::runtime_error("cuDNN Error: 4003 in x.cpp:1"))));
+    CHECK(is_oom(make(std::runtime_error("CuBLAS Error: 3 in x.cpp:1"))));
+    CHECK(!is_oom(make(std::runtime_error("CUDA Error: 20 in x.cpp:1"))));
+    CHECK(!is_oom(make(std::runtime_error("CUDA Error: 700 in x.cpp:1"))));
+    CHECK(!is_oom(make(std::runtime_error("cuDNN Error: 4000 in x.cpp:1"))));
+    CHECK(!is_oom(make(std::runtime_error("CuBLAS Error: 13 in x.cpp:1"))));
+    // cudnn-frontend (cudnnGetErrorString / cudaGetErrorString inside its messages).
+    CHECK(is_oom(make(std::runtime_error(
+        "cudnn-frontend forward execute: cudnnBackendExecute failed with message: , and code: "
+        "CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED"))));
+    CHECK(is_oom(make(std::runtime_error("cudaMalloc failed with out of memory"))));
+    CHECK(is_oom(make(std::runtime_error("CUDNN_STATUS_ALLOC_FAILED"))));
+    // By type, and through nesting.
+    CHECK(is_oom(make(std::bad_alloc())));
+    CHECK(is_oom(make(std::bad_array_new_length())));
+    std::exception_ptr nested;
+    try
+    {
+        try { throw std::bad_alloc(); }
+        catch (...) { std::throw_with_nested(std::runtime_error("while building the batch pool")); }
+    }
+    catch (...) { nested = std::current_exception(); }
+    CHECK(is_oom(nested));
+    CHECK_EQ(classify(nested), "oom");
+    CHECK_EQ(one_line(nested),
+             "std::runtime_error: while building the batch pool <- caused by: std::bad_alloc: std::bad_alloc");
+    // Not memory: OpenNN's steady-state allocation guard, plain logic errors.
+    CHECK(!is_oom(make(std::runtime_error("CUDA alloc of 1024 bytes forbidden (warmup incomplete)."))));
+    CHECK(!is_oom(make(std::logic_error("shape mismatch"))));
+    CHECK_EQ(classify(make(std::runtime_error("x"))), "error");
+}
+
+TEST(one_line_messages)
+{
+    CHECK_EQ(one_line(make(TrialError("CIFAR-10 not found in /x"))), "CIFAR-10 not found in /x");
+    CHECK_EQ(one_line(make(std::runtime_error("two\n  lines\there "))), "std::runtime_error: two lines here");
+    CHECK_EQ(one_line(make(std::bad_alloc())), "std::bad_alloc: std::bad_alloc");
+    std::exception_ptr nested;
+    try
+    {
+        try { throw std::runtime_error("inner"); }
+        catch (...) { std::throw_with_nested(TrialError("outer")); }
+    }
+    catch (...) { nested = std::current_exception(); }
+    CHECK_EQ(one_line(nested), "outer <- caused by: std::runtime_error: inner");
+    CHECK_EQ(one_line(make(std::runtime_error(std::string(5000, 'x')))).size(), kMaxErrorChars);
+    CHECK_EQ(one_line(make(42)), "unknown exception");
+}
+
+// ------------------------------------------------------------------------------------- data
+
+TEST(splitmix64_reference_values)
+{
+    SplitMix64 rng(0);
+    CHECK_EQ(rng.next(), 0xE220A8397B1DCDAFull);
+    CHECK_EQ(rng.next(), 0x6E789E6AA1B965F4ull);
+}
+
+TEST(synthetic_batch_is_deterministic_and_round_robin)
+{
+    const ImageBatch a = synthetic_batch(13, 7), b = synthetic_batch(13, 7), c = synthetic_batch(13, 8);
+    CHECK(a.pixels == b.pixels);
+    CHECK(a.pixels != c.pixels);
+    CHECK_EQ(a.pixels.size(), size_t(13 * kImageBytes));
+    for (int i = 0; i < 13; ++i) CHECK_EQ(a.labels[size_t(i)], i % 10);
+    // First bytes: the little-endian bytes of splitmix64(seed=0)'s first draw.
+    const ImageBatch z = synthetic_batch(1, 0);
+    CHECK_EQ(int(z.pixels[0]), 0xAF);
+    CHECK_EQ(int(z.pixels[7]), 0xE2);
+    CHECK_EQ(int(z.pixels[8]), 0xF4);
+    CHECK_EQ(batch_digest(a), batch_digest(b));
+    CHECK(batch_digest(a) != batch_digest(c));
+    CHECK_EQ(a.info.find("name")->as_string(), "synthetic");
+    // Negative seeds are fine (uint64 of the value).
+    CHECK(synthetic_batch(2, -1).pixels != synthetic_batch(2, 1).pixels);
+}
+
+TEST(bmp_round_trip_and_layout)
+{
+    std::vector<uint8_t> img(5 * 3 * 3);  // odd width: rows padded to 4 bytes
+    for (size_t i = 0; i < img.size(); ++i) img[i] = uint8_t(i * 7 + 1);
+    const std::vector<uint8_t> f = encode_bmp24(img.data(), 3, 5);
+    CHECK_EQ(f.size(), size_t(54 + 16 * 3));
+    CHECK(f[0] == 'B' && f[1] == 'M');
+    CHECK_EQ(int(f[28]), 24);
+    // Bottom-up: the file's first pixel is the image's bottom-left one, stored B, G, R.
+    CHECK_EQ(int(f[54 + 0]), int(img[(2 * 5) * 3 + 2]));
+    CHECK_EQ(int(f[54 + 2]), int(img[(2 * 5) * 3 + 0]));
+    int h = 0, w = 0;
+    CHECK(decode_bmp24(f, h, w) == img);
+    CHECK(h == 3 && w == 5);
+
+    const ImageBatch b = synthetic_batch(3, 1);
+    const std::vector<uint8_t> g = encode_bmp24(b.image(2), 32, 32);
+    CHECK_EQ(g.size(), size_t(54 + 32 * 32 * 3));
+    CHECK(decode_bmp24(g, h, w) == std::vector<uint8_t>(b.image(2), b.image(2) + kImageBytes));
+    CHECK_THROWS_WITH(decode_bmp24(std::vector<uint8_t>(10), h, w), "not a BMP");
+}
+
+TEST(cifar10_layouts_wrap_and_errors)
+{
+    TempDir tmp;
+    const fs::path folder = write_cifar_bin(tmp.path, {12, 8});
+    for (const fs::path& dir : {folder, tmp.path})
+    {
+        const ImageBatch b = load_cifar10(dir.string(), 25);
+        CHECK_EQ(b.count, 25);
+        CHECK_EQ(b.labels[24], (24 % 20) % 10);
+        CHECK_EQ(int(b.image(3)[0]), 3);      // R plane of record 3
+        CHECK_EQ(int(b.image(3)[1]), 103);    // G
+        CHECK_EQ(int(b.image(3)[2]), 197);    // B
+        CHECK_EQ(int(b.image(21)[0]), 1);     // wrapped: record 21 = record 1
+        CHECK_EQ(b.info.find("records_read")->as_int(), 20);
+        CHECK(b.info.find("wrapped")->as_bool());
+        CHECK_EQ(b.info.find("files")->dump(), "[\"data_batch_1.bin\",\"data_batch_2.bin\"]");
+        CHECK_EQ(b.info.find("layout")->as_string(), "bin");
+    }
+    const ImageBatch small = load_cifar10(folder.string(), 3);  // only what is needed
+    CHECK_EQ(small.info.find("records_read")->as_int(), 3);
+    CHECK_EQ(small.info.find("files")->dump(), "[\"data_batch_1.bin\"]");
+    CHECK(!small.info.find("wrapped")->as_bool());
+
+    CHECK_THROWS_WITH(load_cifar10((tmp.path / "absent").string(), 2), "CIFAR-10 not found in");
+
+    TempDir py;
+    fs::create_directories(py.path / "cifar-10-batches-py");
+    std::ofstream(py.path / "cifar-10-batches-py" / "data_batch_1") << "pickle";
+    CHECK_THROWS_WITH(load_cifar10(py.path.string(), 2), "python (pickle) layout is not read");
+
+    TempDir bad;
+    fs::create_directories(bad.path / "cifar-10-batches-bin");
+    std::ofstream(bad.path / "cifar-10-batches-bin" / "data_batch_1.bin") << "short";
+    CHECK_THROWS_WITH(load_cifar10(bad.path.string(), 2), "is not a multiple of 3073-byte records");
+
+    TempDir labels;
+    const fs::path lf = write_cifar_bin(labels.path, {2});
+    {
+        std::fstream f(lf / "data_batch_1.bin", std::ios::in | std::ios::out | std::ios::binary);
+        f.put(char(11));
+    }
+    CHECK_THROWS_WITH(load_cifar10(labels.path.string(), 2), "labels outside 0..9");
+}
+
+TEST(image_tree_writes_decodable_class_folders_and_cleans_up)
+{
+    TempDir tmp;
+    const ImageBatch b = synthetic_batch(23, 3);
+    fs::path root;
+    {
+        ImageTree tree(b, tmp.path);
+        root = tree.root();
+        CHECK(fs::is_directory(root));
+        CHECK_EQ(root.parent_path(), tmp.path);
+        CHECK_EQ(tree.classes(), 10);
+        size_t files = 0;
+        for (int i = 0; i < 23; ++i)
+        {
+            const fs::path p = image_path(root, b.labels[size_t(i)], i);
+            const std::string want_dir{'c', char('0' + i % 10)};
+            CHECK_EQ(p.parent_path().filename().string(), want_dir);
+            CHECK(fs::is_regular_file(p));
+            int h = 0, w = 0;
+            CHECK(decode_bmp24(read_file(p), h, w) ==
+                  std::vector<uint8_t>(b.image(i), b.image(i) + kImageBytes));
+            ++files;
+        }
+        CHECK_EQ(files, size_t(23));
+        tree.remove();
+        CHECK(!fs::exists(root));
+        tree.remove();  // idempotent
+    }
+    {
+        const ImageBatch three = synthetic_batch(3, 0);  // fewer images than classes
+        ImageTree tree(three, tmp.path);
+        CHECK_EQ(tree.classes(), 3);
+        root = tree.root();
+    }
+    CHECK(!fs::exists(root));  // destructor
+}
+
+TEST(image_tree_signal_safe_removal_takes_opennns_cache_too)
+{
+    TempDir tmp;
+    const ImageBatch b = synthetic_batch(12, 5);
+    ImageTree tree(b, tmp.path);
+    fs::create_directories(tree.root() / ".cache");
+    std::ofstream(tree.root() / ".cache" / "images.bin") << "cache";
+    std::ofstream(tree.root() / ".cache" / "images.bin.tmp") << "partial";
+    tree.remove_signal_safe();
+    CHECK(!fs::exists(tree.root()));
+}
+
+TEST(image_tree_removed_when_killed_by_sigterm)
+{
+    TempDir tmp;
+    const fs::path marker = tmp.path / "root.txt";
+    const pid_t pid = fork();
+    if (pid == 0)
+    {
+        ImageTree tree(synthetic_batch(30, 1), tmp.path);
+        std::ofstream(marker) << tree.root().string();
+        for (;;) pause();
+    }
+    for (int i = 0; i < 500 && !fs::exists(marker); ++i) usleep(10000);
+    usleep(20000);
+    std::string root;
+    std::getline(std::ifstream(marker), root);
+    CHECK(!root.empty() && fs::is_directory(root));
+    kill(pid, SIGTERM);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM);
+    CHECK(!root.empty() && !fs::exists(root));
+}
+
+// ------------------------------------------------------------------------------------ timing
+
+TEST(epoch_timeline_reads_opennn_display_lines)
+{
+    EpochTimeline t;
+    const Clock::time_point t0 = Clock::now();
+    auto at = [&](int ms) { return t0 + std::chrono::milliseconds(ms); };
+    t.on_line("Training with adaptive moment estimation \"Adam\" CUDA...", at(0));
+    t.on_line("Epoch: 0", at(10));
+    t.on_line("Training error: 2.3", at(30));
+    t.on_line("Elapsed time: 00:00:00", at(31));
+    t.on_line("Epoch: 1", at(40));
+    t.on_line("Training error: 2.2", at(60));
+    t.on_line("Epoch 1", at(61));  // check_stopping_condition's line: not a start
+    t.on_line("Maximum epochs number reached: 2", at(62));
+    CHECK_EQ(t.epochs_started(), 2);
+    CHECK(*t.started(1) == at(40));
+    CHECK(*t.finished(1) == at(60));
+    const StepWindow w = step_window(t, t0, 1, 1);
+    CHECK(std::abs(w.warmup_seconds - 0.040) < 1e-9);
+    CHECK(std::abs(w.window_seconds - 0.020) < 1e-9);
+    const StepWindow all = step_window(t, t0, 0, 2);
+    CHECK(std::abs(all.window_seconds - 0.050) < 1e-9);
+    CHECK_THROWS_WITH(step_window(t, t0, 1, 2), "missing 'Training error' after epoch 2");
+    CHECK_THROWS_WITH(step_window(t, t0, 3, 1), "missing 'Epoch: 3'");
+}
+
+TEST(line_tap_writes_through_and_reports_lines)
+{
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    LineTap tap(fds[1]);
+    std::vector<std::string> lines;
+    tap.set_observer([&](std::string_view line, Clock::time_point) { lines.emplace_back(line); });
+    std::ostream out(&tap);
+    out << "Epoch: " << 3 << "\n" << "progress\r" << "partial";
+    out.flush();
+    close(fds[1]);
+    std::string written;
+    char buf[256];
+    for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) written.append(buf, size_t(n));
+    close(fds[0]);
+    CHECK_EQ(written, "Epoch: 3\nprogress\rpartial");
+    CHECK_EQ(lines.size(), size_t(2));
+    if (lines.size() == 2)
+    {
+        CHECK_EQ(lines[0], "Epoch: 3");
+        CHECK_EQ(lines[1], "progress");
+    }
+}
+
+// -------------------------------------------------------------------------------------- main
+
+int main(int argc, char** argv)
+{
+    int passed = 0, failed = 0;
+    for (const Test& t : registry())
+    {
+        bool selected = argc < 2;
+        for (int i = 1; i < argc; ++i) selected = selected || std::strstr(t.name, argv[i]);
+        if (!selected) continue;
+        const int before = g_failures;
+        try
+        {
+            t.body();
+        }
+        catch (const std::exception& e)
+        {
+            ++g_failures;
+            std::cerr << t.name << ": unexpected exception: " << e.what() << "\n";
+        }
+        const bool ok = g_failures == before;
+        (ok ? passed : failed) += 1;
+        std::cout << (ok ? "PASS " : "FAIL ") << t.name << "\n";
+    }
+    std::cout << passed << " passed, " << failed << " failed\n";
+    return failed == 0 && passed > 0 ? 0 : 1;
+}

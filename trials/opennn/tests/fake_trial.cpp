@@ -1,0 +1,141 @@
+// kit-fake-trial: the OpenNN trial's protocol driver (kit::run) around a fake engine, so the
+// C++ side of trial protocol v1 can be tested where OpenNN cannot be built. It takes the same
+// flags, names the same engines (opennn-pool1 / opennn-default), prepares the same data and
+// image tree (and checks every image decodes back), prints OpenNN-style epoch lines that it
+// times the way the real trial does, and prints its KIT-RESULT line the same way.
+//
+// KIT_FAKE_OUTCOME picks how the "training" ends:
+//   ok (default)  finite losses
+//   oom           OpenNN's text for a failed cudaMalloc ("CUDA Error: 2 in ...")
+//   cudnn_oom     a cudnn-frontend allocation failure
+//   bad_alloc     std::bad_alloc
+//   nested_oom    std::bad_alloc nested in a runtime_error
+//   error         a runtime_error with a two-line message
+// KIT_TRIAL_FAULT works as in every trial (nan makes the final loss NaN).
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "kit_data.h"
+#include "kit_protocol.h"
+
+namespace
+{
+
+void fake_training(const kit::Args& args, kit::Json& result);
+
+void fake_body(const kit::Args& args, kit::Json& result)
+{
+    kit::Json& settings = result["settings"];
+    kit::Json& versions = result["versions"];
+    versions.set("framework", "fake");
+
+    // Whatever a library prints must end up on stderr.
+    std::cout << "fake: diagnostics through std::cout" << std::endl;
+    std::printf("fake: diagnostics through printf\n");
+    std::fflush(stdout);
+    if (std::system("echo fake: diagnostics from a child process") != 0)
+        throw std::runtime_error("could not run a child process");
+
+    kit::ImageBatch data = args.dataset == "cifar10"
+        ? (args.data_dir ? kit::load_cifar10(*args.data_dir, args.batch)
+                         : throw kit::TrialError("--dataset cifar10 needs --data-dir"))
+        : kit::synthetic_batch(args.batch, args.seed);
+    kit::Json info = data.info;
+    info.set("digest", kit::batch_digest(data));
+
+    {
+        kit::ImageTree tree(data);
+        // Read every image back the way OpenNN's BMP decoder does and check pixels and class.
+        int64_t checked = 0;
+        for (int64_t i = 0; i < data.count; ++i)
+        {
+            const auto path = kit::image_path(tree.root(), data.labels[size_t(i)], i);
+            std::FILE* f = std::fopen(path.c_str(), "rb");
+            if (!f) throw std::runtime_error("missing " + path.string());
+            std::vector<uint8_t> bytes;
+            for (int c; (c = std::fgetc(f)) != EOF;) bytes.push_back(uint8_t(c));
+            std::fclose(f);
+            int h = 0, w = 0;
+            if (kit::decode_bmp24(bytes, h, w) != std::vector<uint8_t>(data.image(i), data.image(i) + kit::kImageBytes))
+                throw std::runtime_error("image " + std::to_string(i) + " does not decode back");
+            ++checked;
+        }
+        info.set("tree", tree.root().string());
+        info.set("tree_format", tree.format());
+        info.set("classes_in_tree", tree.classes());
+        info.set("images_checked", checked);
+        tree.remove();
+    }
+    settings.set("data", info);
+    result.set("parameters", 1234);
+
+    kit::fault_point();
+
+    // Failures are reported from inside the body, as the real trial does around train().
+    try
+    {
+        fake_training(args, result);
+    }
+    catch (...)
+    {
+        kit::finish_now(result, std::current_exception());
+    }
+    kit::finish_now(result);
+}
+
+void fake_training(const kit::Args& args, kit::Json& result)
+{
+    const std::string outcome = std::getenv("KIT_FAKE_OUTCOME") ? std::getenv("KIT_FAKE_OUTCOME") : "ok";
+    if (outcome == "oom") throw std::runtime_error("CUDA Error: 2 in /src/opennn/opennn/device_backend.cpp:94");
+    if (outcome == "cudnn_oom")
+        throw std::runtime_error("cudnn-frontend forward execute: cudnnBackendExecute failed with message: , "
+                                 "and code: CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED");
+    if (outcome == "bad_alloc") throw std::bad_alloc();
+    if (outcome == "nested_oom")
+    {
+        try { throw std::bad_alloc(); }
+        catch (...) { std::throw_with_nested(std::runtime_error("while allocating the batch pool")); }
+    }
+    if (outcome == "error") throw std::runtime_error("boom\n  on two lines");
+    if (outcome != "ok") throw kit::TrialError("unknown KIT_FAKE_OUTCOME=" + outcome);
+
+    // "Training": OpenNN-style display lines, timed through std::cout like the real trial.
+    const auto [warmup, steps] = kit::step_counts(args);
+    kit::EpochTimeline timeline;
+    kit::set_line_observer([&](std::string_view line, kit::Clock::time_point t) { timeline.on_line(line, t); });
+    const auto start = kit::Clock::now();
+    std::vector<double> history;
+    for (int64_t epoch = 0; epoch < warmup + steps; ++epoch)
+    {
+        std::cout << "Epoch: " << epoch << "\n";
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        const double loss = 2.3 / double(epoch + 1);
+        history.push_back(loss);
+        std::cout << "Training error: " << loss << "\n" << "Elapsed time: 00:00:00\n";
+    }
+    std::cout << "Epoch " << warmup + steps - 1 << "\nMaximum epochs number reached: " << warmup + steps << "\n";
+    kit::set_line_observer(nullptr);
+
+    const kit::StepWindow w = kit::step_window(timeline, start, warmup, steps);
+    std::optional<double> loss_warmup;
+    if (warmup > 0) loss_warmup = history[size_t(warmup - 1)];
+    double loss_final = history.back();
+    if (kit::fault_requested("nan")) loss_final = std::nan("");
+    result.set("host_peak_rss_mib", kit::peak_rss_mib());
+    kit::record_steps(result, args, w.warmup_seconds, w.window_seconds, steps, loss_warmup, loss_final);
+}
+
+}  // namespace
+
+int main(int argc, char** argv)
+{
+    const kit::Engine engine{{"pool1", "default"}, [](const std::string& mode) { return "opennn-" + mode; }};
+    kit::exit_now(kit::run(argc, argv, engine, fake_body));
+}
