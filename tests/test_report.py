@@ -442,3 +442,30 @@ def test_cpu_and_empty_artifacts_render(tmp_path):
     f.write_text(json.dumps(doc))
     md = render([load_source(f)])
     assert "_No engine × precision has started yet._" in md and "0 of 6 engine × precision searches" in md
+
+
+def _engine_copy(path: Path, tmp: Path, name: str, engine: str, max_batch: int) -> Path:
+    """The H200 eager run as if it had measured another engine (one run per engine)."""
+    doc = json.loads(path.read_text())
+    for c in doc["results"]:
+        c["engine"], c["max_batch"], c["next_batch"] = engine, max_batch, max_batch + 1
+    out = tmp / name
+    out.write_text(json.dumps(doc))
+    return out
+
+
+def test_engines_from_separate_runs_on_one_card_get_the_end_tables_ratios(tmp_path):
+    opennn = _engine_copy(EAGER, tmp_path, "opennn.json", "opennn-pool1", 7285)
+    text = render([load_source(EAGER), load_source(opennn)])
+    assert "Across [1], [2] (same GPU, VRAM limit and data" in text
+    assert "| fp32 | PyTorch eager vs OpenNN (batch pool 1) | 1.21× larger batch |" in text
+    # the same engine in both: which one to compare is ambiguous, so no cross ratios
+    again = _engine_copy(EAGER, tmp_path, "again.json", "pytorch-eager", 8000)
+    assert "Across" not in render([load_source(EAGER), load_source(again)])
+    # the same engine on the whole card (another VRAM limit): not comparable
+    doc = json.loads(opennn.read_text())
+    doc["budget"].update(limit_mib=doc["budget"]["card_total_mib"], emulated_smaller_card=False)
+    whole = tmp_path / "whole.json"
+    whole.write_text(json.dumps(doc))
+    assert load_source(whole).machine_short != load_source(EAGER).machine_short
+    assert "Across" not in render([load_source(EAGER), load_source(whole)])

@@ -184,10 +184,37 @@ def _overview(sources: list[Source], plots: list[PlotFile], base: Path) -> list[
                           *[ratio(n, e, p) for n in later]] for e, p in keys],
                         right=set(range(2, 2 + len(group) + len(later))))
         lines.append("")
+        lines += _cross_ratios(group, bench)
     overview_plots = [p for p in plots if p.source is None]
     if overview_plots:
         lines += _plot_lines(overview_plots, base)
     return lines
+
+
+def _cross_ratios(group: list[tuple[int, Source]], bench: str) -> list[str]:
+    """Engines measured in separate runs on the same card, VRAM limit and data (e.g. one run per
+    engine) compared as one run's end table would compare them ("PyTorch best vs OpenNN"). Left
+    out where an engine × precision appears in more than one of those results (which to take?)."""
+    parts: dict[tuple[str, str | None], list[tuple[int, Source]]] = {}
+    for n, s in group:
+        dataset = (s.doc.get("configuration") or {}).get("dataset") if isinstance(s.doc, dict) else None
+        parts.setdefault((s.machine_short, dataset), []).append((n, s))
+    out: list[str] = []
+    for (machine, _), members in parts.items():
+        if len(members) < 2:
+            continue
+        cells = [(r.engine, r.precision) for _, s in members for r in (s.rows if bench == "maxbatch" else s.tput)]
+        if len(cells) != len(set(cells)):
+            continue
+        if bench == "maxbatch":
+            found = ratio_pairs([r for _, s in members for r in s.rows])
+        else:
+            found = throughput_ratio_pairs([t for _, s in members for t in s.tput])
+        if found:
+            refs = ", ".join(f"[{n}]" for n, _ in members)
+            out += [f"Across {refs} (same GPU, VRAM limit and data; each engine from its own run):", ""]
+            out += _ratio_table(found) + [""]
+    return out
 
 
 def _row_value(r: Row) -> str:
