@@ -417,4 +417,12 @@ void ImageTree::remove_signal_safe() const noexcept
     rmdir(root.c_str());
 }
 
+ImageBatch load_batch(const std::string& dataset, const std::optional<std::string>& data_dir, int64_t count,
+                      int64_t seed)
+{
+    if (dataset != "cifar10") return synthetic_batch(count, seed);
+    if (!data_dir) throw TrialError("--dataset cifar10 needs --data-dir");
+    return load_cifar10(*data_dir, count);
+}
+
 }  // namespace kit

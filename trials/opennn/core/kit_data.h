@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,10 @@ ImageBatch synthetic_batch(int64_t count, int64_t seed);
 
 // The CIFAR-10 batch; throws TrialError with one clear line on any problem.
 ImageBatch load_cifar10(const std::string& data_dir, int64_t count);
+
+// The batch a trial trains on: --dataset cifar10 (needs data_dir) or synthetic from the seed.
+ImageBatch load_batch(const std::string& dataset, const std::optional<std::string>& data_dir, int64_t count,
+                      int64_t seed);
 
 // 64-bit FNV-1a over the pixels, then the labels as bytes: a fingerprint the tests compare
 // with one computed in Python on kittrial's arrays.

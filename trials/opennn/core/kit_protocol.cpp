@@ -22,15 +22,18 @@ namespace kit
 
 // ------------------------------------------------------------------------------ result
 
-Json base_result(const Args& args, const std::string& engine)
+namespace
 {
-    const auto [warmup, steps] = step_counts(args);
+
+// Every protocol key, in the protocol's order, so the host's parser accepts any result line.
+Json skeleton(Json engine, Json mode, Json precision, Json batch, const std::string& error)
+{
     Json r = Json::object();
     r.set("protocol", kProtocol);
-    r.set("engine", engine);
-    r.set("mode", args.mode);
-    r.set("precision", args.precision);
-    r.set("batch", args.batch);
+    r.set("engine", std::move(engine));
+    r.set("mode", std::move(mode));
+    r.set("precision", std::move(precision));
+    r.set("batch", std::move(batch));
     r.set("status", "error");
     r.set("loss_warmup", nullptr);
     r.set("loss_final", nullptr);
@@ -41,7 +44,16 @@ Json base_result(const Args& args, const std::string& engine)
     versions.set("compiler", compiler_version());
     versions.set("trial_protocol", kProtocol);
     r.set("versions", versions);
-    r.set("error", "trial finished without a result");
+    r.set("error", error);
+    return r;
+}
+
+}  // namespace
+
+Json base_result(const Args& args, const std::string& engine)
+{
+    const auto [warmup, steps] = step_counts(args);
+    Json r = skeleton(engine, args.mode, args.precision, args.batch, "trial finished without a result");
     r.set("benchmark", args.benchmark);
     Json settings = Json::object();
     settings.set("model", args.model);
@@ -66,24 +78,7 @@ Json base_result(const Args& args, const std::string& engine)
 
 Json bad_arguments_result(const std::string& message)
 {
-    Json r = Json::object();
-    r.set("protocol", kProtocol);
-    r.set("engine", nullptr);
-    r.set("mode", nullptr);
-    r.set("precision", nullptr);
-    r.set("batch", nullptr);
-    r.set("status", "error");
-    r.set("loss_warmup", nullptr);
-    r.set("loss_final", nullptr);
-    r.set("parameters", nullptr);
-    r.set("step_seconds", nullptr);
-    r.set("framework_peak_mib", nullptr);
-    Json versions = Json::object();
-    versions.set("compiler", compiler_version());
-    versions.set("trial_protocol", kProtocol);
-    r.set("versions", versions);
-    r.set("error", "invalid arguments: " + message);
-    return r;
+    return skeleton(nullptr, nullptr, nullptr, nullptr, "invalid arguments: " + message);
 }
 
 namespace

@@ -140,10 +140,7 @@ void train_opennn(const kit::Args& args, kit::Json& result)
 
     // ---- data: exactly `batch` images in a temporary class-folder tree, read by ImageDataset
     // into its BinaryFile image cache (<tree>/.cache/images.bin).
-    kit::ImageBatch data = args.dataset == "cifar10"
-        ? (args.data_dir ? kit::load_cifar10(*args.data_dir, args.batch)
-                         : throw kit::TrialError("--dataset cifar10 needs --data-dir"))
-        : kit::synthetic_batch(args.batch, args.seed);
+    kit::ImageBatch data = kit::load_batch(args.dataset, args.data_dir, args.batch, args.seed);
     kit::Json data_info = data.info;
     data_info.set("digest", kit::batch_digest(data));
     data_info.set("shape_hwc", kit::Json::array({32, 32, 3}));

@@ -43,10 +43,7 @@ void fake_body(const kit::Args& args, kit::Json& result)
     if (std::system("echo fake: diagnostics from a child process") != 0)
         throw std::runtime_error("could not run a child process");
 
-    kit::ImageBatch data = args.dataset == "cifar10"
-        ? (args.data_dir ? kit::load_cifar10(*args.data_dir, args.batch)
-                         : throw kit::TrialError("--dataset cifar10 needs --data-dir"))
-        : kit::synthetic_batch(args.batch, args.seed);
+    kit::ImageBatch data = kit::load_batch(args.dataset, args.data_dir, args.batch, args.seed);
     kit::Json info = data.info;
     info.set("digest", kit::batch_digest(data));
 
