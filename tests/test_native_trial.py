@@ -89,3 +89,21 @@ def test_default_prefix_is_the_checkouts_build_folder(monkeypatch):
     from kitctl.paths import kit_root, native_trial
     assert native_trial("opennn-pool1") == kit_root() / "build" / "opennn" / "bin" / "kit-opennn-trial"
     assert os.fspath(native_trial("opennn-default")) == os.fspath(native_trial("opennn-pool1"))
+
+
+def test_doctor_says_whether_the_local_trial_is_built(prefix):
+    from kitctl.doctor import Report, local_trial_checks
+
+    rep = Report()
+    local_trial_checks(rep)
+    check = rep.get("local-trial:opennn")
+    assert check.level == "skip" and "not built" in check.detail and "images/opennn/build.sh" in check.fix
+    install_stand_in(prefix)
+    info = prefix / "share" / "kit-opennn" / "build-info.json"
+    info.parent.mkdir(parents=True)
+    info.write_text(json.dumps({"opennn_commit": "5ffbaa62a47df8c224b466d78edc627c7053f421", "cuda_archs": "90",
+                                "built_at": "2026-11-29T22:36:37Z"}))
+    rep = Report()
+    local_trial_checks(rep)
+    check = rep.get("local-trial:opennn")
+    assert check.level == "ok" and "commit 5ffbaa62a47d" in check.detail and "archs 90" in check.detail

@@ -334,6 +334,8 @@ def run_checks(*, client: Any = None, variant: str | None = None, idle_threshold
         except Exception as exc:  # noqa: BLE001
             rep.add("orphans", "warn", f"listing kit containers failed: {_one_line(exc)}")
 
+    local_trial_checks(rep)
+
     # -- verdict --------------------------------------------------------------------------------
     why = []
     if not docker_ok:
@@ -359,6 +361,26 @@ def run_checks(*, client: Any = None, variant: str | None = None, idle_threshold
         except Exception:  # noqa: BLE001
             pass
     return rep
+
+
+def local_trial_checks(rep: Report) -> None:
+    """Compiled trials (OpenNN) for `--runtime local`: built here, and from which commit."""
+    from .engines import ENGINES
+    from .paths import native_build_info, native_trial
+
+    for engine in {e.trial: e for e in ENGINES.values() if e.native}.values():
+        exe, name = native_trial(engine.name), f"local-trial:{engine.trial}"
+        if not os.access(exe, os.X_OK):
+            rep.add(name, "skip", f"{engine.trial} trial not built at {exe} (only --runtime local needs it)",
+                    f"images/{engine.trial}/build.sh SRC {exe.parents[1]}  (README: OpenNN)")
+            continue
+        try:
+            info = json.loads(native_build_info(engine.name).read_text())
+            commit = str(info.get(f"{engine.trial}_commit") or "?")[:12]
+            built = f"commit {commit}, CUDA archs {info.get('cuda_archs', '?')}, built {info.get('built_at', '?')}"
+        except (OSError, ValueError) as exc:
+            built = f"no readable build-info.json ({_one_line(exc)})"
+        rep.add(name, "ok", f"{engine.trial} trial for --runtime local: {exe} ({built})")
 
 
 def _safe_info(client: Any) -> dict[str, Any]:

@@ -200,7 +200,7 @@ def _cross_ratios(group: list[tuple[int, Source]], bench: str) -> list[str]:
         dataset = (s.doc.get("configuration") or {}).get("dataset") if isinstance(s.doc, dict) else None
         parts.setdefault((s.machine_short, dataset), []).append((n, s))
     out: list[str] = []
-    for (machine, _), members in parts.items():
+    for members in parts.values():
         if len(members) < 2:
             continue
         cells = [(r.engine, r.precision) for _, s in members for r in (s.rows if bench == "maxbatch" else s.tput)]
