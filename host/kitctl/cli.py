@@ -15,7 +15,7 @@ import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import click
 import typer
@@ -226,6 +226,30 @@ def _prepare(benchmark: str, cfg: dict[str, Any], doc: dict[str, Any] | None, st
     return Setup(store, doc, plan_engines, gpuctx, rt, notes)
 
 
+def _setup(benchmark: str, resume: Path | None, timeout: float | None, gpu: str | None, results_dir: Path,
+           python: str | None, require_gpu_idle: bool, idle_threshold: float,
+           new_configuration: Callable[[], dict[str, Any]]) -> tuple[Setup, dict[str, Any]]:
+    """A run command's start, new or resumed; bad input is one line and exit 2, nothing written."""
+    try:
+        if resume is not None:
+            store, doc, cfg = _open_resume(resume, timeout)
+        else:
+            store, doc, cfg = None, None, new_configuration()
+        s = _prepare(benchmark, cfg, doc, store, results_dir, python, require_gpu_idle, idle_threshold,
+                     resume_gpu=gpu)
+    except (Fail, EngineError, DataError, ArtifactError, BudgetError, ValueError) as exc:
+        err.print(f"kitctl: {exc}")
+        raise typer.Exit(EXIT_USAGE)
+    return s, cfg
+
+
+def _base_request(benchmark: str, cfg: dict[str, Any], **kw: Any) -> TrialRequest:
+    """The request every candidate of the run starts from (engine, mode, batch and precision vary)."""
+    return TrialRequest(engine="", mode="", benchmark=benchmark, precision="fp32", device=cfg["device"],
+                        model=cfg["model"], dataset=cfg["dataset"], data_dir=cfg.get("data_dir"),
+                        cudnn_benchmark=cfg["cudnn_benchmark"], seed=cfg["seed"], **kw)
+
+
 def _watcher_factory(gpuctx: GpuContext | None):
     if gpuctx is None:
         return None
@@ -337,24 +361,12 @@ def maxbatch(
 ) -> None:
     """Largest training batch that completes one ResNet-50 step, per engine and precision."""
     console = Console(highlight=False)
-    try:
-        if resume is not None:
-            store, doc, cfg = _open_resume(resume, timeout)
-        else:
-            store, doc = None, None
-            cfg = _configuration(engines, precision.value, device.value, vram_limit, reserve, start_batch,
-                                 max_batch, timeout, runtime.value, dataset.value, data_dir, cudnn_benchmark,
-                                 memory_limit, calibration_batch, strategy, gpu)
-        s = _prepare("maxbatch", cfg, doc, store, results_dir, python, require_gpu_idle, idle_threshold,
-                     resume_gpu=gpu)
-        store, doc, plan_engines, gpuctx, rt, notes = s.store, s.doc, s.engines, s.gpuctx, s.rt, s.notes
-    except (Fail, EngineError, DataError, ArtifactError, BudgetError, ValueError) as exc:
-        err.print(f"kitctl: {exc}")
-        raise typer.Exit(EXIT_USAGE)
-
-    base = TrialRequest(engine="", mode="", benchmark="maxbatch", batch=1, precision="fp32",
-                        device=cfg["device"], model=cfg["model"], dataset=cfg["dataset"],
-                        data_dir=cfg.get("data_dir"), cudnn_benchmark=cfg["cudnn_benchmark"], seed=cfg["seed"])
+    s, cfg = _setup("maxbatch", resume, timeout, gpu, results_dir, python, require_gpu_idle, idle_threshold,
+                    lambda: _configuration(engines, precision.value, device.value, vram_limit, reserve, start_batch,
+                                           max_batch, timeout, runtime.value, dataset.value, data_dir,
+                                           cudnn_benchmark, memory_limit, calibration_batch, strategy, gpu))
+    store, doc, plan_engines, gpuctx, rt, notes = s.store, s.doc, s.engines, s.gpuctx, s.rt, s.notes
+    base = _base_request("maxbatch", cfg, batch=1)
     watcher_factory = _watcher_factory(gpuctx)
     plan = RunPlan(engines=plan_engines, precisions=cfg["precisions"], base_request=base,
                    search=SearchConfig(cfg["start_batch"], cfg["max_batch"],
@@ -396,25 +408,13 @@ def throughput(
     from .throughput import ThroughputPlan, ThroughputRunner
 
     console = Console(highlight=False)
-    try:
-        if resume is not None:
-            store, doc, cfg = _open_resume(resume, timeout)
-        else:
-            store, doc = None, None
-            cfg = _throughput_configuration(engines, precision.value, device.value, vram_limit, reserve, batch,
-                                            runs, warmup_steps, steps, timeout, runtime.value, dataset.value,
-                                            data_dir, cudnn_benchmark, memory_limit, gpu)
-        s = _prepare("throughput", cfg, doc, store, results_dir, python, require_gpu_idle, idle_threshold,
-                     resume_gpu=gpu)
-        store, doc, gpuctx, rt = s.store, s.doc, s.gpuctx, s.rt
-    except (Fail, EngineError, DataError, ArtifactError, BudgetError, ValueError) as exc:
-        err.print(f"kitctl: {exc}")
-        raise typer.Exit(EXIT_USAGE)
-
-    base = TrialRequest(engine="", mode="", benchmark="throughput", batch=cfg["batch"], precision="fp32",
-                        device=cfg["device"], model=cfg["model"], dataset=cfg["dataset"],
-                        data_dir=cfg.get("data_dir"), cudnn_benchmark=cfg["cudnn_benchmark"], seed=cfg["seed"],
-                        warmup_steps=cfg["warmup_steps"], steps=cfg["steps"])
+    s, cfg = _setup("throughput", resume, timeout, gpu, results_dir, python, require_gpu_idle, idle_threshold,
+                    lambda: _throughput_configuration(engines, precision.value, device.value, vram_limit, reserve,
+                                                      batch, runs, warmup_steps, steps, timeout, runtime.value,
+                                                      dataset.value, data_dir, cudnn_benchmark, memory_limit, gpu))
+    store, doc, gpuctx, rt = s.store, s.doc, s.gpuctx, s.rt
+    base = _base_request("throughput", cfg, batch=cfg["batch"], warmup_steps=cfg["warmup_steps"],
+                         steps=cfg["steps"])
     plan = ThroughputPlan(engines=s.engines, precisions=cfg["precisions"], base_request=base, runs=cfg["runs"],
                           timeout_s=cfg["timeout_s"], budget=gpuctx.budget if gpuctx else None,
                           ci_level=cfg["ci_level"], watcher_factory=_watcher_factory(gpuctx))
