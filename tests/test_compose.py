@@ -1,24 +1,18 @@
 """compose.yaml as kitctl reads it (host/kitctl/compose.py), and as Compose itself checks it."""
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-try:
-    import kitctl  # noqa: F401
-except ImportError:  # not installed: use the checkout
-    sys.path.insert(0, str(ROOT / "host"))
 
 from kitctl.compose import ComposeError, interpolate, load_compose, provenance_build_args  # noqa: E402
 from kitctl.engines import ENGINES, IMPLEMENTED  # noqa: E402
 
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+from conftest import IN_CI  # noqa: E402
 
 
 def test_the_repo_compose_names_every_implemented_engines_image():

@@ -21,10 +21,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-try:
-    import kitctl  # noqa: F401
-except ImportError:  # not installed: use the checkout
-    sys.path.insert(0, str(ROOT / "host"))
 
 docker = pytest.importorskip("docker")
 pytestmark = pytest.mark.docker

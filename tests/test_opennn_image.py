@@ -12,17 +12,12 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-try:
-    import kitctl  # noqa: F401
-except ImportError:  # not installed: use the checkout
-    sys.path.insert(0, str(ROOT / "host"))
 
 from kitctl.compose import load_compose  # noqa: E402
 from kitctl.engines import ENGINES  # noqa: E402
