@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from .artifact import ArtifactError
 from .sources import KITCTL, Source
-from .summary import CAPACITY_STATUSES, Row, ThroughputRow, engine_label, intervals_overlap
+from .summary import Row, ThroughputRow, engine_label, intervals_overlap
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ def _pct(old: float, new: float) -> float:
 def _mb_text(r: Row | None) -> str:
     if r is None:
         return "not run"
-    if r.search_status in CAPACITY_STATUSES and r.max_batch:
+    if r.has_capacity:
         return ("≥ " if r.search_status == "censored_at_max_batch" else "") + f"{r.max_batch:,}"
     if r.search_status in ("invalid_non_memory_failure", "no_passing_batch"):
         return "none (" + ("invalid" if r.search_status == "invalid_non_memory_failure" else "no pass") + ")"
@@ -60,8 +60,7 @@ def _maxbatch_change(o: Row | None, n: Row | None, thr: float) -> tuple[float | 
         return None, "only in NEW", False, ""
     if n is None:
         return None, "only in OLD", False, "not measured in NEW"
-    o_cap = o.search_status in CAPACITY_STATUSES and bool(o.max_batch)
-    n_cap = n.search_status in CAPACITY_STATUSES and bool(n.max_batch)
+    o_cap, n_cap = o.has_capacity, n.has_capacity
     n_done = n.search_status is not None
     if o_cap and not n_cap:
         if not n_done:

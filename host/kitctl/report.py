@@ -158,7 +158,7 @@ def _overview(sources: list[Source], plots: list[PlotFile], base: Path) -> list[
                 for r in s.rows:
                     keys.append((r.engine, r.precision))
                     vals[(n, r.engine, r.precision)] = _row_value(r)
-                    if r.search_status in CAPACITY_STATUSES and r.max_batch:
+                    if r.has_capacity:
                         nums[(n, r.engine, r.precision)] = (float(r.max_batch),
                                                             r.search_status == "censored_at_max_batch")
             else:

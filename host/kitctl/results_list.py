@@ -10,7 +10,6 @@ from pathlib import Path
 
 from .artifact import ArtifactError
 from .sources import KITCTL, UnknownKind, load_source
-from .summary import CAPACITY_STATUSES
 
 
 @dataclass(frozen=True)
@@ -34,7 +33,7 @@ def headline(src) -> str:
     parts = []
     if src.benchmark == "maxbatch":
         for r in src.rows:
-            if r.search_status in CAPACITY_STATUSES and r.max_batch:
+            if r.has_capacity:
                 v = ("≥ " if r.search_status == "censored_at_max_batch" else "") + f"{r.max_batch:,}"
             elif r.search_status == "invalid_non_memory_failure":
                 v = "invalid"
