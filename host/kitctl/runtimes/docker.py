@@ -645,12 +645,12 @@ def compose_images(engines: list[Any], variant: str | None = None,
     try:
         c = load_compose(compose_path)
         out: dict[str, str] = {}
+        # A variant some services lack (opennn has no CPU build for cpu-ci) leaves those on their
+        # default image; a variant no service has is still refused (a typo).
+        known = any(variant in s.variants for s in c.services.values())
         for e in engines:
             name = getattr(e, "name", e)
             svc = c.service_for_engine(name)
-            # A variant some services lack (opennn has no CPU build for cpu-ci) leaves those on their
-            # default image; a variant no service has is still refused (a typo).
-            known = any(variant in s.variants for s in c.services.values())
             out[name] = c.image(svc.name, None if known and variant not in svc.variants else variant)
         return out
     except ComposeError as exc:
