@@ -471,14 +471,9 @@ def _throughput_configuration(engines: str, precision: str, device: str, vram_li
                    "compilation/graph capture must happen outside the timed window")
     if steps <= 0:
         raise Fail(f"--steps must be > 0 (got {steps})")
-    _common_checks(device, vram_limit, memory_limit, dataset, data_dir, timeout)
     return {
-        "engines": names, "precisions": ["fp32", "bf16"] if precision == "both" else [precision],
-        "device": device, "gpu": gpu, "vram_limit_mib": vram_limit, "reserve_mib": reserve,
-        "timeout_s": DEFAULT_TIMEOUT_S if timeout is None else timeout, "runtime": runtime,
-        "model": "resnet50", "dataset": dataset, "data_dir": data_dir, "cudnn_benchmark": cudnn_benchmark,
-        "memory_limit_mib": memory_limit, "seed": 0, "optimizer": "Adam lr 0.001", "loss": "cross-entropy",
-        "input": "32x32x3 (CIFAR-10 geometry), 10 classes",
+        **_common_configuration(names, precision, device, gpu, vram_limit, reserve, timeout, runtime, dataset,
+                                data_dir, cudnn_benchmark, memory_limit),
         "batch": batch, "runs": runs, "warmup_steps": warmup_steps, "steps": steps, "ci_level": 0.95,
         "ci_method": "order-statistic (binomial, distribution-free) interval of the median; the actual level "
                      "is reported (min–max when too few runs reach 95%)",
@@ -504,22 +499,18 @@ def _configuration(engines: str, precision: str, device: str, vram_limit: int | 
         raise Fail(f"--calibration-batch must be > 0 (got {calibration_batch})")
     if strategy not in STRATEGIES:
         raise Fail(f"unknown --strategy {strategy!r} (known: {', '.join(STRATEGIES)})")
-    _common_checks(device, vram_limit, memory_limit, dataset, data_dir, timeout)
     return {
-        "engines": names, "precisions": ["fp32", "bf16"] if precision == "both" else [precision],
-        "device": device, "gpu": gpu, "vram_limit_mib": vram_limit, "reserve_mib": reserve,
-        "start_batch": start_batch, "max_batch": max_batch,
-        "timeout_s": DEFAULT_TIMEOUT_S if timeout is None else timeout, "runtime": runtime,
-        "model": "resnet50", "dataset": dataset, "data_dir": data_dir, "cudnn_benchmark": cudnn_benchmark,
-        "memory_limit_mib": memory_limit, "calibration_batch": calibration_batch, "strategy": strategy,
-        "seed": 0, "optimizer": "Adam lr 0.001", "loss": "cross-entropy",
-        "input": "32x32x3 (CIFAR-10 geometry), 10 classes",
-        "steps": "one warm-up step, one measured step",
+        **_common_configuration(names, precision, device, gpu, vram_limit, reserve, timeout, runtime, dataset,
+                                data_dir, cudnn_benchmark, memory_limit),
+        "start_batch": start_batch, "max_batch": max_batch, "calibration_batch": calibration_batch,
+        "strategy": strategy, "steps": "one warm-up step, one measured step",
     }
 
 
-def _common_checks(device: str, vram_limit: int | None, memory_limit: int | None, dataset: str,
-                   data_dir: str | None, timeout: float | None) -> None:
+def _common_configuration(names: list[str], precision: str, device: str, gpu: str | None, vram_limit: int | None,
+                          reserve: int, timeout: float | None, runtime: str, dataset: str, data_dir: str | None,
+                          cudnn_benchmark: bool, memory_limit: int | None) -> dict[str, Any]:
+    """The checks and the configuration both benchmarks share (the model, data, device and budget)."""
     if timeout is not None and timeout <= 0:
         raise Fail(f"--timeout must be > 0 (got {timeout})")
     if device == "cpu" and vram_limit is not None:
@@ -530,6 +521,14 @@ def _common_checks(device: str, vram_limit: int | None, memory_limit: int | None
         raise Fail("--memory-limit applies to --device cpu; on a GPU use --vram-limit")
     if dataset == "synthetic" and data_dir:
         raise Fail("--data-dir is only read with --dataset cifar10")
+    return {
+        "engines": names, "precisions": ["fp32", "bf16"] if precision == "both" else [precision],
+        "device": device, "gpu": gpu, "vram_limit_mib": vram_limit, "reserve_mib": reserve,
+        "timeout_s": DEFAULT_TIMEOUT_S if timeout is None else timeout, "runtime": runtime,
+        "model": "resnet50", "dataset": dataset, "data_dir": data_dir, "cudnn_benchmark": cudnn_benchmark,
+        "memory_limit_mib": memory_limit, "seed": 0, "optimizer": "Adam lr 0.001", "loss": "cross-entropy",
+        "input": "32x32x3 (CIFAR-10 geometry), 10 classes",
+    }
 
 
 def _new_doc(run_id: str, cfg: dict[str, Any], gpuctx: GpuContext | None, rt: Any, engines: list,
