@@ -7,6 +7,7 @@ before drawing.
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -278,7 +279,9 @@ def plot_maxbatch(sources: list[Source], out_dir: Path) -> PlotFile:
         src = sources[0]
         title, name = f"Max training batch — {src.machine_short}\n{src.name}", f"{src.stem}-maxbatch.png"
     else:
-        title, name = "Max training batch — all results", "overview-maxbatch.png"
+        # Named for the files it covers: two reports sharing a --plots folder keep both overviews.
+        key = hashlib.sha1("\n".join(sorted(s.name for s in sources)).encode()).hexdigest()[:8]
+        title, name = "Max training batch — all results", f"overview-maxbatch-{key}.png"
     path = out_dir / _safe(name)
     data = _plot_bars(b, title, "largest batch that completes one training step", path, errors=False)
     return PlotFile(path, "Max batch per engine" + ("" if one else " (all results)"), "maxbatch",

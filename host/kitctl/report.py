@@ -622,6 +622,8 @@ def _provenance_text(p: dict[str, Any]) -> str:
         digests = p.get("repo_digests") or []
         bits.append(f"digest `{digests[0]}`" if digests else "no repo digest (local build)")
         return ", ".join(bits)
+    if p.get("interpreter") is None and p.get("trial"):  # a native trial program (OpenNN)
+        return f"local trial program `{p['trial']}`"
     return f"local interpreter `{p.get('interpreter', '?')}`" + (f", trial `{p['trial']}`" if p.get("trial") else "")
 
 

@@ -272,6 +272,67 @@ bool is_oom(const std::exception_ptr& error)
 
 std::string classify(const std::exception_ptr& error) { return is_oom(error) ? "oom" : "error"; }
 
+namespace
+{
+
+constexpr size_t kMaxCauses = 8;
+std::mutex g_cause_mutex;
+std::vector<std::string> g_cause_needles;
+std::vector<std::string> g_causes;
+
+void note_line(std::string_view line)
+{
+    std::lock_guard<std::mutex> lock(g_cause_mutex);
+    if (g_causes.size() >= kMaxCauses) return;
+    for (const std::string& needle : g_cause_needles)
+        if (line.find(needle) != std::string_view::npos)
+        {
+            g_causes.emplace_back(line);
+            return;
+        }
+}
+
+bool is_trial_error(const std::exception_ptr& error)
+{
+    const std::vector<Described> chain = unwind(error);
+    return !chain.empty() && chain.front().trial_error;
+}
+
+}  // namespace
+
+void watch_for_cause(std::string needle)
+{
+    std::lock_guard<std::mutex> lock(g_cause_mutex);
+    g_cause_needles.push_back(std::move(needle));
+}
+
+const std::vector<std::string>& causes_seen() { return g_causes; }
+
+void clear_causes()
+{
+    std::lock_guard<std::mutex> lock(g_cause_mutex);
+    g_causes.clear();
+}
+
+std::string failure_status(const std::exception_ptr& error)
+{
+    if (is_oom(error)) return "oom";
+    if (is_trial_error(error)) return "error";
+    std::lock_guard<std::mutex> lock(g_cause_mutex);
+    for (const std::string& cause : g_causes)
+        if (is_oom_message(cause)) return "oom";
+    return "error";
+}
+
+std::string failure_message(const std::exception_ptr& error)
+{
+    std::string text = one_line(error);
+    std::lock_guard<std::mutex> lock(g_cause_mutex);
+    for (size_t i = 0; i < g_causes.size(); ++i)
+        text += (i == 0 ? " <- after: " : " | ") + g_causes[i];
+    return collapse(text);
+}
+
 std::string one_line(const std::exception_ptr& error)
 {
     std::string text;
@@ -325,6 +386,7 @@ void LineTap::take(const char* s, size_t n)
     {
         if (s[i] == '\n' || s[i] == '\r')
         {
+            if (!line_.empty()) note_line(line_);
             if (observer_ && !line_.empty()) observer_(line_, Clock::now());
             line_.clear();
         }
@@ -360,6 +422,7 @@ void claim_stdout()
     }
     g_tap = new LineTap(2);
     std::cout.rdbuf(g_tap);
+    std::cerr.rdbuf(new LineTap(2));  // never deleted either; std::cerr stays unit-buffered
     g_claimed = true;
 }
 
@@ -480,10 +543,10 @@ namespace
 
 void record_failure(Json& result, const std::exception_ptr& error)
 {
-    const std::string message = one_line(error);
+    const std::string message = failure_message(error);
     std::cout.flush();
     std::cerr << "kit: trial failed: " << message << std::endl;
-    result.set("status", classify(error));
+    result.set("status", failure_status(error));
     result.set("error", message);
 }
 

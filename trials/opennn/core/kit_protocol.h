@@ -77,6 +77,23 @@ bool is_oom(const std::exception_ptr& error);
 // "oom" or "error".
 std::string classify(const std::exception_ptr& error);
 
+// Causes a library swallowed. Some libraries catch a failure, print it and carry on down another
+// path, then fail there with an unrelated message: OpenNN's cudnn-frontend wrapper prints
+// "<Op>: cudnn-frontend path unavailable (CUDA Error: 2 in ...)" and then throws "GPU convolution
+// backward requires SM 8.0+" — an out-of-memory reported as an architecture error. A trial names
+// the lines that carry such causes (a substring); every complete stdout/stderr line containing
+// one is kept (the first 8), and a failure is then classified and described with them.
+void watch_for_cause(std::string needle);
+const std::vector<std::string>& causes_seen();
+void clear_causes();
+
+// The result's status and error for a failure, the kept causes included: "oom" when the
+// exception is one (is_oom) or, unless it is a kit::TrialError (the trial's own checks), when a
+// kept cause carries an OOM marker; the error is one_line(error) followed by
+// " <- after: <cause> | <cause>".
+std::string failure_status(const std::exception_ptr& error);
+std::string failure_message(const std::exception_ptr& error);
+
 // The result's `error` for an exception: a TrialError's message as is, otherwise
 // "<type>: <message>" (with nested causes appended), whitespace collapsed, at most 2000 chars.
 std::string one_line(const std::exception_ptr& error);
@@ -84,7 +101,8 @@ std::string one_line(const std::exception_ptr& error);
 // ----------------------------------------------------------------------------------- stdout
 
 // Duplicates fd 1 (close-on-exec) as the result stream, points fd 1 at stderr and std::cout at
-// a LineTap on stderr. Idempotent.
+// a LineTap on stderr; std::cerr also goes through a LineTap (no observer: only the causes
+// watch_for_cause names are read from it). Idempotent.
 void claim_stdout();
 
 // The fd the result line goes to (the real stdout once claimed).

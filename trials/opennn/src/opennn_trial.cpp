@@ -104,6 +104,12 @@ void train_opennn(const kit::Args& args, kit::Json& result)
 {
     using namespace opennn;
 
+    // OpenNN's cudnn-frontend wrapper (run_frontend) catches a failure, prints it as
+    // "<Op>: cudnn-frontend path unavailable (<cause>)" and the operator then throws "requires SM
+    // 8.0+ (Ampere)": on the H200 the cause was "CUDA Error: 2" (cudaErrorMemoryAllocation) at
+    // the edge of the card. Keep such lines so the failure is classified by its cause.
+    kit::watch_for_cause("cudnn-frontend path unavailable (");
+
     kit::Json& settings = result["settings"];
     kit::Json& versions = result["versions"];
     versions.set("framework", "opennn");

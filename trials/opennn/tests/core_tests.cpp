@@ -638,6 +638,47 @@ TEST(line_tap_writes_through_and_reports_lines)
     }
 }
 
+TEST(swallowed_causes_classify_the_failure)
+{
+    clear_causes();
+    watch_for_cause("cudnn-frontend path unavailable (");
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    LineTap tap(fds[1]);
+    std::ostream err(&tap);
+    // OpenNN at 68,784 images on the H200: the cause it printed, then the error it threw.
+    err << "Training with adaptive moment estimation \"Adam\" CUDA...\n"
+        << "ConvolutionOperator: cudnn-frontend path unavailable (CUDA Error: 2 in /src/opennn/device_backend.cpp:95).\n"
+        << "[=====>   ] 12 %\r";
+    err.flush();
+    close(fds[1]);
+    close(fds[0]);
+    CHECK_EQ(causes_seen().size(), size_t(1));
+    const auto arch = make(std::runtime_error("ConvolutionOperator: GPU convolution backward requires SM 8.0+ (Ampere)."));
+    CHECK_EQ(classify(arch), "error");  // the exception alone says nothing about memory
+    CHECK_EQ(failure_status(arch), "oom");
+    CHECK_EQ(failure_message(arch),
+             "std::runtime_error: ConvolutionOperator: GPU convolution backward requires SM 8.0+ (Ampere). "
+             "<- after: ConvolutionOperator: cudnn-frontend path unavailable (CUDA Error: 2 in "
+             "/src/opennn/device_backend.cpp:95).");
+    // The trial's own checks are not reclassified by what a library printed before.
+    CHECK_EQ(failure_status(make(TrialError("training error is not finite: nan"))), "error");
+    // A cause that is not a memory failure keeps the status "error" but is still reported.
+    clear_causes();
+    int fds2[2];
+    CHECK(pipe(fds2) == 0);
+    LineTap tap2(fds2[1]);
+    std::ostream err2(&tap2);
+    err2 << "BatchNormalizationOperator: cudnn-frontend path unavailable (cuDNN Error: 3000 in x.cpp:1).\n";
+    err2.flush();
+    close(fds2[1]);
+    close(fds2[0]);
+    CHECK_EQ(failure_status(arch), "error");
+    CHECK(failure_message(arch).find("<- after: BatchNormalizationOperator: cudnn-frontend path unavailable (cuDNN Error: 3000") != std::string::npos);
+    clear_causes();
+    CHECK_EQ(failure_message(arch), one_line(arch));
+}
+
 // -------------------------------------------------------------------------------------- main
 
 int main(int argc, char** argv)
