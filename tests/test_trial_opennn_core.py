@@ -194,6 +194,9 @@ def test_help_prints_usage_and_no_result_line(build):
     ("bad_alloc", "oom", "std::bad_alloc"),
     ("nested_oom", "oom", "while allocating the batch pool <- caused by: std::bad_alloc"),
     ("error", "error", "std::runtime_error: boom on two lines"),
+    # The cause OpenNN printed to std::cerr and swallowed decides, and is named in the error.
+    ("swallowed_oom", "oom", "requires SM 8.0+ (Ampere). <- after: ConvolutionOperator: cudnn-frontend "
+                             "path unavailable (CUDA Error: 2 in /src/opennn/opennn/device_backend.cpp:95)."),
 ])
 def test_failures_are_classified(build, outcome, status, fragment):
     rc, result, err = run_ok(build, *MAXBATCH, outcome=outcome)

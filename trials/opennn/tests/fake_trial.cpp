@@ -11,6 +11,8 @@
 //   bad_alloc     std::bad_alloc
 //   nested_oom    std::bad_alloc nested in a runtime_error
 //   error         a runtime_error with a two-line message
+//   swallowed_oom OpenNN at the edge of the card: "cudnn-frontend path unavailable (CUDA Error: 2
+//                 ...)" printed to std::cerr, then "requires SM 8.0+" thrown
 // KIT_TRIAL_FAULT works as in every trial (nan makes the final loss NaN).
 #include <chrono>
 #include <cmath>
@@ -101,6 +103,13 @@ void fake_training(const kit::Args& args, kit::Json& result)
         catch (...) { std::throw_with_nested(std::runtime_error("while allocating the batch pool")); }
     }
     if (outcome == "error") throw std::runtime_error("boom\n  on two lines");
+    if (outcome == "swallowed_oom")
+    {
+        kit::watch_for_cause("cudnn-frontend path unavailable (");
+        std::cerr << "ConvolutionOperator: cudnn-frontend path unavailable (CUDA Error: 2 in "
+                     "/src/opennn/opennn/device_backend.cpp:95).\n";
+        throw std::runtime_error("ConvolutionOperator: GPU convolution backward requires SM 8.0+ (Ampere).");
+    }
     if (outcome != "ok") throw kit::TrialError("unknown KIT_FAKE_OUTCOME=" + outcome);
 
     // "Training": OpenNN-style display lines, timed through std::cout like the real trial.
