@@ -27,6 +27,17 @@ BUILD_TIMEOUT_S = 900
 OOM_LIMIT_MIB = int(os.environ.get("KITCTL_TEST_OOM_LIMIT_MIB", "400"))
 
 
+def remove_containers(containers) -> None:
+    """Force-remove test containers in a finally block; one already gone is fine."""
+    import docker
+
+    for c in containers:
+        try:
+            c.remove(force=True)
+        except docker.errors.NotFound:
+            pass
+
+
 def _unavailable(reason: str) -> None:
     if IN_CI:
         pytest.fail(f"{reason} (CI=true: the Docker tests must run; see .ci/docker-up.sh)", pytrace=False)

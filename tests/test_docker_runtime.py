@@ -35,7 +35,7 @@ from kitctl.runtimes.docker import (  # noqa: E402
     sweep_orphans,
 )
 
-from conftest import BASE_IMAGE, OOM_LIMIT_MIB, VARIANT  # noqa: E402
+from conftest import BASE_IMAGE, OOM_LIMIT_MIB, VARIANT, remove_containers  # noqa: E402
 
 
 def _request(batch: int = 2, device: str = "cpu", **kw) -> TrialRequest:
@@ -232,11 +232,7 @@ def test_sweep_removes_orphans_only(client, image):
         for keep in ("live", "other-host", "not-kit"):
             assert planted[keep].id in left, keep
     finally:
-        for c in planted.values():
-            try:
-                c.remove(force=True)
-            except docker.errors.NotFound:
-                pass
+        remove_containers(planted.values())
 
 
 def test_remove_run_containers_removes_that_run_only(client, image):
@@ -248,11 +244,7 @@ def test_remove_run_containers_removes_that_run_only(client, image):
         assert len(removed) == 1 and mine.short_id in removed[0]
         assert other.id in {c.id for c in client.containers.list(all=True)}
     finally:
-        for c in (mine, other):
-            try:
-                c.remove(force=True)
-            except docker.errors.NotFound:
-                pass
+        remove_containers((mine, other))
 
 
 def test_image_provenance_and_auto_helpers(client, image, run_id):

@@ -36,7 +36,7 @@ pytestmark = pytest.mark.docker
 from kitctl.artifact import load  # noqa: E402
 from kitctl.runtimes.docker import LABEL_HOST, LABEL_OWNER_PID, LABEL_RUN_ID  # noqa: E402
 
-from conftest import BASE_IMAGE, VARIANT, _unavailable  # noqa: E402
+from conftest import BASE_IMAGE, VARIANT, _unavailable, remove_containers  # noqa: E402
 
 ENTRY = [sys.executable, "-c", "from kitctl.cli import main; main()"]
 REGTEST_IMAGE = f"kitctl/pytorch:regtest-{os.getpid()}"
@@ -403,11 +403,7 @@ def test_clean_removes_a_planted_orphan_and_nothing_else(client, image):
         p = run_kitctl("clean")
         assert p.returncode == 0 and live.short_id not in p.stdout
     finally:
-        for c in (orphan, live):
-            try:
-                c.remove(force=True)
-            except docker.errors.NotFound:
-                pass
+        remove_containers((orphan, live))
 
 
 def test_clean_images_removes_dangling_kit_images_only(client, image):

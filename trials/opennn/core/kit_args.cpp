@@ -75,6 +75,14 @@ std::vector<Option> options(const std::vector<std::string>& modes)
     auto choice = [](std::string Args::*field) {
         return [field](Args& a, const std::string& v) { a.*field = v; return std::string(); };
     };
+    auto at_least = [](std::optional<int64_t> Args::*field, int64_t minimum) {
+        return [field, minimum](Args& a, const std::string& v) {
+            int64_t x = 0;
+            std::string err = bounded_int(v, minimum, x);
+            if (err.empty()) a.*field = x;
+            return err;
+        };
+    };
     o.push_back({"--benchmark", "", {"maxbatch", "throughput"}, true, choice(&Args::benchmark)});
     o.push_back({"--batch", "BATCH", {}, true,
                  [](Args& a, const std::string& v) { return bounded_int(v, 1, a.batch); }});
@@ -84,13 +92,7 @@ std::vector<Option> options(const std::vector<std::string>& modes)
     o.push_back({"--dataset", "", {"synthetic", "cifar10"}, false, choice(&Args::dataset)});
     o.push_back({"--data-dir", "DATA_DIR", {}, false,
                  [](Args& a, const std::string& v) { a.data_dir = v; return std::string(); }});
-    o.push_back({"--memory-budget-mib", "MEMORY_BUDGET_MIB", {}, false,
-                 [](Args& a, const std::string& v) {
-                     int64_t x = 0;
-                     std::string err = bounded_int(v, 1, x);
-                     if (err.empty()) a.memory_budget_mib = x;
-                     return err;
-                 }});
+    o.push_back({"--memory-budget-mib", "MEMORY_BUDGET_MIB", {}, false, at_least(&Args::memory_budget_mib, 1)});
     o.push_back({"--device", "", {"cuda", "cpu"}, false, choice(&Args::device)});
     o.push_back({"--seed", "SEED", {}, false,
                  [](Args& a, const std::string& v) {
@@ -99,20 +101,8 @@ std::vector<Option> options(const std::vector<std::string>& modes)
                      a.seed = x;
                      return std::string();
                  }});
-    o.push_back({"--warmup-steps", "WARMUP_STEPS", {}, false,
-                 [](Args& a, const std::string& v) {
-                     int64_t x = 0;
-                     std::string err = bounded_int(v, 0, x);
-                     if (err.empty()) a.warmup_steps = x;
-                     return err;
-                 }});
-    o.push_back({"--steps", "STEPS", {}, false,
-                 [](Args& a, const std::string& v) {
-                     int64_t x = 0;
-                     std::string err = bounded_int(v, 1, x);
-                     if (err.empty()) a.steps = x;
-                     return err;
-                 }});
+    o.push_back({"--warmup-steps", "WARMUP_STEPS", {}, false, at_least(&Args::warmup_steps, 0)});
+    o.push_back({"--steps", "STEPS", {}, false, at_least(&Args::steps, 1)});
     o.push_back({"--cudnn-benchmark", "", {}, false, nullptr});  // store_true
     // Options with choices show them as the metavar, as argparse does.
     for (Option& opt : o)
