@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-import click
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -28,7 +27,7 @@ from .budget import Budget, BudgetError, make_budget
 from .datasets import DataError, resolve_cifar10
 from .engines import ENGINES, MODEL_MIN_BATCH, EngineError, parse_engines
 from .protocol import TrialRequest
-from .provenance import host_info, kit_info
+from .provenance import host_info, image_trial_code, kit_info, trial_code
 from .runner import Interrupted, Runner, RunPlan
 from .runtimes.base import RuntimeUnavailable
 from .search import STRATEGIES, SearchConfig
@@ -221,9 +220,22 @@ def _prepare(benchmark: str, cfg: dict[str, Any], doc: dict[str, Any] | None, st
     doc["runtime"] = {"name": rt.name, **{k: v for k, v in rt.describe(plan_engines[0].name).items()
                                           if k != "runtime"}}
     for e in plan_engines:
-        doc["engines"][e.name]["provenance"] = rt.describe(e.name)
+        doc["engines"][e.name]["provenance"] = {**rt.describe(e.name), "code": _trial_code(rt, e.name)}
     assert store is not None
     return Setup(store, doc, plan_engines, gpuctx, rt, notes)
+
+
+def _trial_code(rt: Any, engine: str) -> dict[str, Any] | None:
+    """The content hash of the trial that runs: the checkout's (local) or the image's (Docker)."""
+    if rt.name != "docker":
+        return trial_code(engine).to_json()
+    try:
+        code = image_trial_code(rt.client, rt.image_for(engine), engine)
+    except Exception as exc:  # provenance is recorded, not required: the image id still says it
+        why = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        err.print(f"kitctl: note: cannot hash the trial in {rt.image_for(engine)}: {why}")
+        return None
+    return code.to_json() if code else None
 
 
 def _setup(benchmark: str, resume: Path | None, timeout: float | None, gpu: str | None, results_dir: Path,
@@ -549,10 +561,10 @@ def _new_doc(run_id: str, cfg: dict[str, Any], gpuctx: GpuContext | None, rt: An
 
 
 def _usage_error_types() -> tuple[type, ...]:
-    # Recent typer vendors its own click; older ones use click's. Catch both.
-    types = {c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError"}
-    types.add(click.exceptions.UsageError)
-    return tuple(types)
+    # typer >= 0.29 vendors its own click (and does not install click); older typer re-exports
+    # click's classes. Either way the UsageError that typer raises is a base of its BadParameter:
+    # find it there rather than importing click, which may not be installed.
+    return tuple(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
 
 
 def main() -> None:
@@ -565,7 +577,7 @@ def main() -> None:
         hint = f" (see: {exc.ctx.command_path} --help)" if getattr(exc, "ctx", None) else ""
         err.print(f"kitctl: {exc.format_message()}{hint}")
         sys.exit(EXIT_USAGE)
-    except (typer.Abort, click.exceptions.Abort, KeyboardInterrupt):
+    except (typer.Abort, KeyboardInterrupt):  # typer.Abort is click's Abort in older typer
         err.print("kitctl: aborted")
         sys.exit(EXIT_INTERRUPTED)
     sys.exit(rc if isinstance(rc, int) else 0)
