@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -227,3 +228,17 @@ def test_a_run_records_its_trial_and_removes_the_record(tmp_path, monkeypatch):
     assert [(t.engine, t.batch, t.pgid == t.pid) for t in rec.trials] == [("pytorch-eager", 2, True)]
     assert list(state.glob("*.json")) == []
     rt.close()
+
+
+def test_the_trial_child_gets_the_death_signal_and_the_data_limit():
+    """What the preexec hook sets, read back inside a real child after exec."""
+    from kitctl.runtimes.local import _preexec
+
+    probe = ("import ctypes, resource; v = ctypes.c_int(); "
+             "ctypes.CDLL(None).prctl(2, ctypes.byref(v), 0, 0, 0); "  # PR_GET_PDEATHSIG
+             "print(v.value, resource.getrlimit(resource.RLIMIT_DATA)[0])")
+    for limit, want in ((None, resource.getrlimit(resource.RLIMIT_DATA)[0]), (1000, 1000 * 2**20)):
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                             start_new_session=True, preexec_fn=_preexec(limit)).stdout.split()
+        assert out == [str(int(signal.SIGKILL)), str(want)]
+
