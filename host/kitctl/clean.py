@@ -64,22 +64,22 @@ def clean(
 
     console = Console(highlight=False, soft_wrap=True)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
-    # Local trials first: they need no daemon, and a host without Docker has only them.
-    processes = sweep_local_orphans(dry_run=dry_run)
     no_daemon = None
     try:
         client = open_client(timeout=120)
     except ImageError as exc:
-        if images:
+        if images:  # asked for what only a daemon can do: refuse before doing anything
             err.print(Text(f"kitctl: {exc}"))
             raise typer.Exit(EXIT_USAGE)
-        client, no_daemon = None, str(exc)
+        client, no_daemon = None, str(exc)  # a host without Docker still has local trials to clean
+    processes = sweep_local_orphans(dry_run=dry_run)
     res: dict[str, Any] = {"dry_run": dry_run, "containers": [], "images": [], "kept_images": []}
     if client is not None:
         try:
             res = clean_host(client, images=images, dry_run=dry_run)
         except Exception as exc:  # noqa: BLE001  the daemon went away mid-way
-            err.print(Text(f"kitctl: cleaning failed: {' '.join(str(exc).split())[:300]}"))
+            done = f" (after killing orphaned local trial(s): {'; '.join(processes)})" if processes else ""
+            err.print(Text(f"kitctl: cleaning failed: {' '.join(str(exc).split())[:300]}{done}"))
             raise typer.Exit(EXIT_USAGE)
         finally:
             client.close()
