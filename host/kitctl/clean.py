@@ -102,6 +102,6 @@ def clean(
     if not processes and not res["containers"] and not res["images"]:
         console.print("nothing to remove" + ("" if images else " (dangling kit images: kitctl clean --images)"))
     else:
-        console.print(Text(f"{'would kill' if dry_run else 'killed'} {len(processes)} local trial(s); "
-                           f"{verb} {len(res['containers'])} container(s), {len(res['images'])} image(s)",
+        killed = f"{'would kill' if dry_run else 'killed'} {len(processes)} local trial(s); " if processes else ""
+        console.print(Text(f"{killed}{verb} {len(res['containers'])} container(s), {len(res['images'])} image(s)",
                            style="bold"))
