@@ -30,6 +30,7 @@ from .protocol import TrialRequest
 from .provenance import host_info, image_trial_code, kit_info, trial_code
 from .runner import Interrupted, Runner, RunPlan
 from .runtimes.base import RuntimeUnavailable
+from .runtimes.runstate import sweep_local_orphans
 from .search import STRATEGIES, SearchConfig
 from .summary import maxbatch_rows, ratios, throughput_ratio_pairs, throughput_rows
 
@@ -160,7 +161,7 @@ def _make_runtime(name: str, engines: list, device: str, gpu_uuid: str | None, r
         LocalRuntime.check(engines)
     except RuntimeUnavailable as exc:
         raise Fail(str(exc)) from None
-    return LocalRuntime(gpu_uuid=gpu_uuid, python=python, memory_limit_mib=memory_limit)
+    return LocalRuntime(gpu_uuid=gpu_uuid, python=python, memory_limit_mib=memory_limit, run_id=run_id)
 
 
 @dataclass
@@ -200,6 +201,8 @@ def _prepare(benchmark: str, cfg: dict[str, Any], doc: dict[str, Any] | None, st
     if cfg["dataset"] == "cifar10":
         cfg["data_dir"] = str(resolve_cifar10(cfg["data_dir"]))
 
+    # Before the GPU's idle check: an orphaned local trial's memory is not idle.
+    notes: list[str] = [f"killed an orphaned local trial: {o}" for o in sweep_local_orphans()]
     gpuctx = None
     if cfg["device"] == "cuda":
         if doc is None:
@@ -208,7 +211,6 @@ def _prepare(benchmark: str, cfg: dict[str, Any], doc: dict[str, Any] | None, st
         else:
             gpuctx = _open_resumed_gpu(doc, resume_gpu, cfg, require_gpu_idle, idle_threshold)
     run_id = doc["run_id"] if doc else uuid.uuid4().hex[:12]
-    notes: list[str] = []
     rt = _make_runtime(cfg["runtime"], plan_engines, cfg["device"], gpuctx.info.uuid if gpuctx else None,
                        run_id, cfg["memory_limit_mib"], cfg.get("data_dir"), python, notes)
 

@@ -30,6 +30,7 @@ from typing import Any
 from ..outcome import KilledBy, MemoryPeaks, TrialOutcome
 from ..protocol import TrialRequest
 from .base import RawRun, Runtime, RuntimeUnavailable, Stopwatch, Watcher, classify
+from .processes import pid_alive as _pid_alive, process_start as _process_start
 
 try:  # the SDK is a dependency of kitctl, but `--runtime local` must work without it
     import docker
@@ -200,32 +201,6 @@ def build_image(client: Any, spec: Any, *, on_line: Callable[[str], None] | None
 
 
 # ---- owners and orphans ----------------------------------------------------------------------
-
-def _process_start(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (/proc/PID/stat field 22), or None."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        return fields[19].decode()
-    except (OSError, IndexError):
-        return None
-
-
-def _pid_alive(pid: int, start: str | None = None) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # exists, owned by someone else
-    if start:
-        now = _process_start(pid)
-        if now is not None and now != start:
-            return False  # the PID was reused by another process
-    return True
-
 
 def _hostname() -> str:
     return socket.gethostname()
