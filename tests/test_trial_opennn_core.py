@@ -97,6 +97,13 @@ def test_core_unit_tests_pass(build):
     assert last.endswith(" 0 failed") and not last.startswith("0 passed"), last
 
 
+def test_cuda_graph_hooks_reach_the_runtime_and_book_every_launch(build):
+    # Stand-ins for CUDA's header/runtime and OpenNN's static library (trials/opennn/tests/hooks).
+    proc = subprocess.run([str(build / "kit-graph-hooks-test")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert proc.stdout.strip().splitlines()[-1] == "17 passed, 0 failed"
+
+
 # ------------------------------------------------------------------------ the result line
 
 def test_sample_line_parses_with_the_host_and_has_kittrials_keys(build):
