@@ -16,7 +16,7 @@
 // Modes `graph` and `resident` (engines opennn-graph / opennn-resident) are OpenNN's throughput
 // path instead, as its own runner docs/benchmarks/throughput/resnet50/opennn_resnet50_speed.cpp
 // trains: a 50,000-image dataset kept on the GPU (StorageMode::GPUPersistantData), batch 128,
-// whole epochs, conv autotune on, and CUDA-graph execution on (`graph`) or off (`resident`, the
+// whole epochs, conv autotune with --cudnn-benchmark, and CUDA graphs on (`graph`) or off (`resident`, the
 // control). See train_resident() and kit_resident.h for how steps map onto epochs.
 //
 // Everything that is not OpenNN (flags, data, image tree, result line, failure
@@ -338,9 +338,16 @@ void train_resident(const kit::Args& args, kit::Json& result)
     Configuration::instance().set(Device::CUDA, args.precision == "bf16" ? Type::BF16 : Type::FP32);
     const Configuration::Resolved resolved = Configuration::instance().resolve();
     set_seed(static_cast<unsigned>(args.seed));
-    // The runner's default workspace argument "off": conv autotune on, workspace cap off.
-    device::set_conv_autotune(true);
-    device::set_conv_workspace_cap(0);
+    // --cudnn-benchmark: the runner's default workspace argument "off" (conv autotune on, workspace
+    // cap off). Without it the library default (heuristic plans, AUTO cap): on the H200 autotune
+    // kept OpenNN's first step busy for minutes (trials/opennn/README.md), so it is the kit's choice.
+    if (args.cudnn_benchmark)
+    {
+        device::set_conv_autotune(true);
+        device::set_conv_workspace_cap(0);
+    }
+    else
+        device::set_conv_autotune(false);
     settings.set("memory_budget_enforced", "no: OpenNN has no allocator cap (host VRAM gate only)");
 
     // ---- data: the whole dataset as a class-folder tree, read by ImageDataset into its image
@@ -423,7 +430,8 @@ void train_resident(const kit::Args& args, kit::Json& result)
     path.set("bf16", "Configuration Type::BF16: bf16 compute with fp32 master parameters (the Adam kernel refreshes "
                      "their bf16 mirror); the resident matrix stays fp32 and the device gather writes bf16 batches");
     path.set("conv_autotune", device::conv_autotune_enabled());
-    path.set("conv_workspace_cap", "off (autotune), the runner's default");
+    path.set("conv_workspace_cap", args.cudnn_benchmark ? "off (autotune: --cudnn-benchmark, the runner's default)"
+                                                         : "AUTO (library default; the runner autotunes)");
     path.set("shuffle", adam->get_shuffle());
     path.set("batch_workers", adam->get_workers_number());
     path.set("batch_pool_size", "library default");
