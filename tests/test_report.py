@@ -636,3 +636,73 @@ def test_native_trial_provenance_names_the_program():
         "local trial program `/w/build/opennn/bin/kit-opennn-trial`"
     assert _provenance_text({"interpreter": "/usr/bin/python3", "trial": "t.py"}) == \
         "local interpreter `/usr/bin/python3`, trial `t.py`"
+
+
+# ---- plots on awkward folders -------------------------------------------------------------------
+
+def test_plot_links_are_url_encoded(tmp_path):
+    """issue 14: a folder name with spaces (or parentheses) broke the Markdown image links."""
+    p = kitctl("report", str(SAMPLE), "--out", "my report/r.md", "--plots", "my report/plots (v2)", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    md = (tmp_path / "my report/r.md").read_text(encoding="utf-8")
+    pngs = sorted(x.name for x in (tmp_path / "my report/plots (v2)").iterdir())
+    assert pngs
+    for name in pngs:
+        assert f"](plots%20%28v2%29/{name})" in md
+    assert "](plots (v2)/" not in md
+
+
+def _mount_tmpfs(d: Path, size: str) -> None:
+    d.mkdir()
+    try:
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(d)], capture_output=True,
+                           timeout=30)
+    except OSError as exc:
+        pytest.skip(f"cannot mount a tmpfs: {exc}")
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs (needs root): {r.stderr.decode(errors='replace').strip()}")
+
+
+@pytest.fixture()
+def tiny_fs(tmp_path):
+    """A 128 KiB tmpfs: a few plots fit, the rest hit a full disk."""
+    d = tmp_path / "tiny"
+    _mount_tmpfs(d, "128k")
+    try:
+        yield d
+    finally:
+        subprocess.run(["umount", str(d)], capture_output=True, timeout=30)
+
+
+def test_report_plots_on_a_full_disk_leave_no_truncated_png(tiny_fs):
+    """issue 14: a full disk left a truncated PNG. Pillow removes its file when a write inside its
+    encoder fails, but not when the last buffered flush at close does; which one happens depends on
+    how much room is left, so every fill level is tried."""
+    from kitctl.plots import PlotError, make_plots
+
+    src = load_source(SAMPLE)
+    failed = 0
+    for fill_kib in range(0, 128, 8):
+        for f in tiny_fs.iterdir():
+            shutil.rmtree(f) if f.is_dir() else f.unlink()
+        (tiny_fs / "fill").write_bytes(b"\0" * fill_kib * 1024)
+        out = tiny_fs / "plots"
+        try:
+            make_plots([src], out)
+        except PlotError as exc:
+            failed += 1
+            assert "No space left on device" in str(exc) and "\n" not in str(exc)
+        for png in out.iterdir() if out.exists() else []:
+            data = png.read_bytes()
+            assert png.suffix == ".png" and data[:8] == b"\x89PNG\r\n\x1a\n" and data[-8:] == b"IEND\xaeB`\x82", \
+                f"fill {fill_kib} KiB left {png.name} ({len(data)} bytes)"
+    assert failed >= 8  # most fill levels cannot hold the plots
+    p = kitctl("report", str(SAMPLE), "--plots", str(tiny_fs / "plots"))
+    assert str(tiny_fs / "plots") in one_line_refusal(p, "No space left on device")
+
+
+def test_report_out_on_a_full_disk_leaves_no_truncated_file(tiny_fs):
+    (tiny_fs / "fill").write_bytes(b"\0" * 126 * 1024)
+    p = kitctl("report", str(EAGER), "--out", str(tiny_fs / "r.md"))
+    one_line_refusal(p, "No space left on device")
+    assert sorted(f.name for f in tiny_fs.iterdir()) == ["fill"]
