@@ -252,6 +252,9 @@ def test_reference_v1_keeps_its_headline_figures():
     claim = next(c for c in caveats(src) if c.startswith("**Reference's own claim**"))
     assert "OpenNN (batch pool 1) fp32 4,752 (next: exit_1 at 4,753)" in claim and "does not classify" in claim
     assert "| Memory | 16,376 MiB total |" in md and "cap = card total 16,376 − reserve 256 = 16,120 MiB" in md
+    from kitctl.results_list import headline
+
+    assert "opennn-pool1 fp32: 4,752 (reference claim)" in headline(src)  # `results list` too
 
 
 def test_kitctl_keeps_its_stricter_rule():
