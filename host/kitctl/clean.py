@@ -7,8 +7,11 @@
   (runtimes.docker.sweep_orphans; every run sweeps them at start too). Containers of live runs
   and of other hosts sharing the daemon are left alone.
 * with `--images`: dangling kit images, i.e. untagged (`<none>`) images labelled `kit.engine`:
-  the previous build after a rebuild re-tagged the name, or an image a pull replaced. An image a
-  container still uses is kept (and said so).
+  the previous build after a rebuild re-tagged the name, an image a pull replaced, and the build
+  stages of a multi-stage build (the Docker SDK's legacy builder keeps each stage's last image
+  untagged; images/*/Dockerfile label those stages `kit.engine` + `kit.stage`, so they are found
+  by label like the rest and nothing unlabelled is ever taken). An image a container still uses is
+  kept (and said so). Build stages made before those labels existed carry none and stay.
 
 `--dry-run` says what would go and removes nothing. Exit 0 (when no daemon answers, after the
 local trials, with a note that containers were not checked); 2 when `--images` needs a daemon

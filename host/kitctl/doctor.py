@@ -10,7 +10,8 @@ how to fix it:
   cuda:<image>    the driver against each image's CUDA (label kit.cuda.version, or compose.yaml's
                   CUDA_VERSION build arg for an image not built yet): which images this host can run
   gpu-idle:<i>    the GPU holds no memory, or who holds it (gpu.check_idle)
-  image:<svc>     the image `kitctl run` would use for each compose service is present
+  image:<svc>     the image `kitctl run` would use for each compose service is present and is the
+                  kit's (labels kit.engine = the service, kit.trial-protocol = 1); else ✗
   disk            free space where Docker keeps images (DockerRootDir)
   orphans         kit containers whose owner is gone (`kitctl clean` removes them)
   gpu-run         the verdict: can `kitctl run maxbatch --runtime docker` start on the GPU here?
@@ -192,7 +193,8 @@ def run_checks(*, client: Any = None, variant: str | None = None, idle_threshold
         except Exception as exc:  # noqa: BLE001
             rep.add("images", "error", f"listing the engine images failed: {_one_line(exc)}")
     rep.images = [{k: r[k] for k in ("service", "variant", "image", "present", "short_id", "repo_digests",
-                                     "framework_version", "cuda_version", "expected_cuda_version")} for r in rows]
+                                     "framework_version", "cuda_version", "expected_cuda_version", "unfit")}
+                  for r in rows]
     run_rows = []
     if compose is not None:
         for svc in compose.services.values():
@@ -202,6 +204,11 @@ def run_checks(*, client: Any = None, variant: str | None = None, idle_threshold
             run_rows.append((svc.name, name, row))
             if client is None:
                 rep.add(f"image:{svc.name}", "skip", f"{name}: not checked (no Docker daemon)")
+            elif row is not None and row["present"] and row.get("unfit"):
+                rep.add(f"image:{svc.name}", "error", f"{name} is present but is not the kit's {svc.name} image: "
+                        f"{row['unfit']}",
+                        f"kitctl images build {svc.name}{' --variant ' + v if v else ''} (it replaces the name; "
+                        f"or remove the image: docker rmi {name})")
             elif row is not None and row["present"]:
                 digest = f", {row['repo_digests'][0]}" if row["repo_digests"] else ""
                 rep.add(f"image:{svc.name}", "ok", f"{name} present ({row['short_id']}, "
@@ -216,7 +223,7 @@ def run_checks(*, client: Any = None, variant: str | None = None, idle_threshold
     if client is None:
         rep.add("nvidia-runtime", "skip", "not checked: no Docker daemon", FIX_DOCKER)
     else:
-        present = [r["image"] for r in rows if r["present"]]
+        present = [r["image"] for r in rows if r["present"] and not r.get("unfit")]
         runtimes = ", ".join(sorted((_safe_info(client).get("Runtimes") or {}).keys())) or "?"
         if not present:
             rep.add("nvidia-runtime", "warn",
@@ -250,6 +257,8 @@ def run_checks(*, client: Any = None, variant: str | None = None, idle_threshold
         if r["image"] in seen:
             continue
         seen.add(r["image"])
+        if r["present"] and r.get("unfit"):
+            continue  # not an engine image: its image:<svc> check says why
         cuda = r["cuda_version"] if r["present"] else r["expected_cuda_version"]
         kind, need = cuda_requirement(cuda)
         where = "" if r["present"] else (" (not built; CUDA from compose.yaml)" if client is not None

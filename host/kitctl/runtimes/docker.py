@@ -329,6 +329,26 @@ def _decode(b: bytes | str | None) -> str:
     return b if isinstance(b, str) else b.decode("utf-8", "replace")
 
 
+def _removed_while_running(container: Any) -> str:
+    return (f"container {container.short_id} was removed by someone else while the candidate ran "
+            f"(e.g. `docker rm -f`, `docker container prune`), so it has no result; the Docker daemon "
+            f"itself answers")
+
+
+def _vanished(client: Any, container: Any, exc: BaseException) -> bool:
+    """Was the container removed (or is it being removed) rather than the daemon failing?"""
+    text = _one_line(exc).lower()
+    if any(m in text for m in ("marked for removal", "removal in progress", "no such container")):
+        return True
+    try:
+        state = client.containers.get(container.id).attrs.get("State") or {}
+    except docker.errors.NotFound:
+        return True
+    except Exception:
+        return False
+    return state.get("Status") in ("removing", "dead") or bool(state.get("Dead"))
+
+
 def _container_name(run_id: str, request: TrialRequest) -> str:
     run = re.sub(r"[^a-zA-Z0-9_.-]", "-", run_id)[:40] or "run"
     return f"kit-{run}-{request.engine}-{request.precision}-b{request.batch}-{uuid.uuid4().hex[:6]}"
@@ -497,8 +517,14 @@ class DockerRuntime(Runtime):
             container.reload()
             state = container.attrs.get("State") or {}
         except docker.errors.NotFound:
-            raise RuntimeUnavailable(f"container {container.short_id} vanished while it ran "
-                                     f"(removed by someone else?)") from None
+            raise RuntimeUnavailable(_removed_while_running(container)) from None
+        except docker.errors.APIError as exc:
+            # The daemon answered, so it is not down: either the container was removed under us
+            # (`docker rm -f`: 409 "dead or marked for removal" on logs/inspect) or it refused.
+            if _vanished(self.client, container, exc):
+                raise RuntimeUnavailable(_removed_while_running(container)) from None
+            raise RuntimeUnavailable(f"the Docker daemon refused to read container {container.short_id}: "
+                                     f"{_short(exc)}") from None
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             raise _daemon_down(exc) from None
         finally:
@@ -632,14 +658,33 @@ def compose_images(engines: list[Any], variant: str | None = None,
         raise RuntimeUnavailable(str(exc)) from None
 
 
+def _check_kit_labels(client: Any, images: dict[str, str]) -> None:
+    """An image counts as the engine's only with the kit's labels (imagestore.engine_image_problem)."""
+    from ..engines import ENGINES
+    from ..imagestore import engine_image_problem
+
+    for engine, img in images.items():
+        try:
+            labels = client.images.get(img).labels
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise RuntimeUnavailable(f"cannot inspect image {img}: {_short(exc)}") from None
+        service = ENGINES[engine].service if engine in ENGINES else engine
+        problem = engine_image_problem(labels, service)
+        if problem is not None:
+            raise RuntimeUnavailable(f"image {img} (engine {engine}) is not the kit's {service} image: {problem}; "
+                                     f"build it with `kitctl images build {service}`")
+
+
 def from_cli(*, engines: list[Any], device: str, gpu_uuid: str | None, run_id: str,
              memory_limit_mib: int | None = None, data_dir: str | None = None, required: bool,
              variant: str | None = None, client: Any = None, sweep: bool = True,
              probe: bool = True, fallback: list[str] | None = None) -> "DockerRuntime | None":
     """The Docker runtime for `kitctl run`, or None where `--runtime auto` should use local.
 
-    required (`--runtime docker`): a daemon that does not answer, an engine image that is absent,
-    or (on `--device cuda`) a daemon without the NVIDIA runtime raise RuntimeUnavailable (one line,
+    required (`--runtime docker`): a daemon that does not answer, an engine image that is absent
+    or lacks the kit's labels (`kit.engine`, `kit.trial-protocol`: a stub or foreign image under the
+    engine's name is not its image), or (on `--device cuda`) a daemon without the NVIDIA runtime
+    raise RuntimeUnavailable (one line,
     exit 2) before the run starts. Not required (`auto`): any of those returns None.
     Images come from compose.yaml; `variant` (or env KITCTL_IMAGE_VARIANT, e.g. `cpu-ci`) picks a
     build variant's image. Orphans of earlier runs are swept first (listed in `.swept`).
@@ -661,6 +706,7 @@ def from_cli(*, engines: list[Any], device: str, gpu_uuid: str | None, run_id: s
             raise RuntimeUnavailable(
                 f"engine image not present: {', '.join(missing)}; build it with "
                 f"`kitctl images build {first}` or `docker compose build`")
+        _check_kit_labels(client, images)
         if device == "cuda" and probe:
             reason = probe_gpu(client, next(iter(images.values())), gpu_uuid)
             if reason is not None:
