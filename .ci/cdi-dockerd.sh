@@ -4,8 +4,8 @@
 # this one is Debian trixie's dockerd 26.1 (tools/docker-engine-payload.sh), with
 # features.cdi=true and a CDI spec dir holding one spec, kind nvidia.com/gpu, whose device node
 # does not exist: every CDI request for it is refused by the daemon itself. It has its own
-# socket, data-root, exec-root, pidfile and (managed) containerd, no bridge and no iptables, so
-# the shared daemon is never touched.
+# socket, data-root, exec-root, pidfile, (managed) containerd and network namespace, no bridge
+# and no iptables, so the shared daemon is never touched.
 #
 #   .ci/cdi-dockerd.sh fetch    download the engine into $DIR (network; skipped when present)
 #   .ci/cdi-dockerd.sh start    start it (fetching first if needed), wait until it answers, and
@@ -95,6 +95,7 @@ standin_image() {
 start() {
   [[ $(id -u) == 0 ]] || die "needs root (it starts a Docker daemon)"
   command -v docker >/dev/null || die "no docker CLI on PATH (.ci/docker-up.sh installs docker.io)"
+  command -v unshare >/dev/null || die "no unshare on PATH (util-linux)"
   if answers; then
     log "already answers at $HOST"
     write_spec
@@ -109,8 +110,10 @@ start() {
 EOF
   local t waited
   t=$(now)
+  # Its own network namespace: a daemon started with --bridge none deletes the host's docker0
+  # (moby's removeDefaultBridgeInterface), which the shared daemon's containers and builds need.
   # setsid: the daemon outlives this script (the test session stops it with `stop`).
-  PATH="$DIR/bin:$PATH" setsid dockerd --config-file "$RUN/daemon.json" --host "$HOST" \
+  PATH="$DIR/bin:$PATH" setsid unshare --net dockerd --config-file "$RUN/daemon.json" --host "$HOST" \
     --data-root "$DATA" --exec-root "$RUN/exec" --pidfile "$RUN/dockerd.pid" \
     --bridge none --iptables=false --ip6tables=false --userland-proxy=false \
     --exec-opt native.cgroupdriver=cgroupfs --cgroup-parent kitctl-cdi-test \
@@ -148,7 +151,7 @@ stop() {
     log "stopped dockerd $pid in $(since "$t") s"
   fi
   # Mounts a killed daemon can leave (overlay layers, its netns files); data-root stays for reuse.
-  grep -E " ($DATA|$RUN)/" /proc/mounts | awk '{ print $2 }' | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  { grep -E " ($DATA|$RUN)/" /proc/mounts || true; } | awk '{ print $2 }' | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
   rm -f "$SOCK"
 }
 

@@ -44,7 +44,7 @@ if [[ $out == *.tar.xz ]]; then
 else
   mkdir -p "$out"
   rm -rf "$out/bin.new"
-  cp -a "$w/p/bin" "$out/bin.new" && rm -rf "$out/bin" && mv "$out/bin.new" "$out/bin"
+  cp -a "$w/p/bin" "$out/bin.new" && rm -rf "${out:?}/bin" && mv "$out/bin.new" "$out/bin"
   cp "$w/p/PACKAGES" "$out/PACKAGES"
   echo "$out: $(du -sh "$out" | cut -f1) ($(tr '\n' ' ' < "$w/p/PACKAGES"))"
 fi

@@ -47,7 +47,7 @@ _register_reports(app)
 from . import clean, doctor, images_cmd  # noqa: E402  (issue 5: images, doctor, clean)
 app.add_typer(images_cmd.images_app, name="images"); app.command("doctor")(doctor.doctor); app.command("clean")(clean.clean)  # noqa: E702,E501
 
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)  # messages carry [brackets] (daemon errors)
 
 
 class Fail(Exception):
