@@ -24,7 +24,7 @@ def main(argv: list[str]) -> int:
     import torch
 
     v, c = torch.__version__, (torch.version.cuda or "none")
-    print(f"torch {v} cuda {c} numpy {numpy.__version__} ({sys.executable})")
+    print(f"torch {v} cuda {c} numpy {numpy.__version__} ({sys.executable})", flush=True)  # before any error line
     if v.split("+")[0] != framework.split("+")[0] or c != cuda:
         print(f"torch {v} / CUDA {c} does not match FRAMEWORK_VERSION={framework} CUDA_VERSION={cuda}",
               file=sys.stderr)

@@ -287,7 +287,7 @@ def build_image(client: Any, spec: Any, *, on_line: Callable[[str], None] | None
             if "aux" in chunk and isinstance(chunk["aux"], dict) and chunk["aux"].get("ID"):
                 image_id = chunk["aux"]["ID"]
             if "error" in chunk:
-                msg = " ".join(str(chunk["error"]).split())
+                msg = _build_failure(" ".join(str(chunk["error"]).split()), tail)
                 raise ImageBuildError(f"building {spec.image} failed: {msg[:300]}", "\n".join(tail))
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
         if isinstance(exc, docker.errors.APIError):
@@ -296,6 +296,37 @@ def build_image(client: Any, spec: Any, *, on_line: Callable[[str], None] | None
     if image_id is None:
         image_id = client.images.get(spec.image).id
     return image_id
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_BUILDER_LINE = re.compile(r"^(Step \d+/\d+ :| ---> |Removing intermediate container|Successfully )")
+
+
+def _build_failure(msg: str, tail: list[str]) -> str:
+    """A failed RUN's headline is its whole command; say instead what the step itself printed last
+    (e.g. the Dockerfile's one-line check), and its exit code."""
+    m = re.match(r"The command '.*' returned a non-zero code: (\d+)$", msg)
+    if not m:
+        return msg
+    step: list[str] = []
+    for line in tail:  # the failed step's output only
+        step = [] if line.startswith("Step ") else [*step, line]
+    # The classic builder wraps the step's stderr in ESC[91m … ESC[0m: its last line first.
+    last_err = last_out = None
+    in_err = False
+    for line in step:
+        if "\x1b[91m" in line:
+            in_err = True
+        text = " ".join(_ANSI.sub("", line).split())
+        if text and not _BUILDER_LINE.match(text):
+            if in_err:
+                last_err = text
+            else:
+                last_out = text
+        if "\x1b[0m" in line:
+            in_err = False
+    text = last_err or last_out
+    return f"{text} (a RUN step exited {m.group(1)})" if text else msg
 
 
 # ---- owners and orphans ----------------------------------------------------------------------
