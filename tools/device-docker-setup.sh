@@ -78,13 +78,14 @@ check_inputs() {
     [[ -f $OPENNN_TARBALL ]] || die "opennn needs its sources: .opennn-src/ (tools/opennn-sources-here.sh) or $OPENNN_TARBALL, carried"
   fi
   [[ -d $VENV/bin ]] || die "no venv at $VENV (KIT_HOST_VENV): the host-userland base takes the framework from it"
-  note "inputs: $PAYLOAD ($(du -h "$PAYLOAD" | cut -f1)), $(find .whl -name '*.whl' | wc -l) wheels, images: ${want[*]}"
+  note "inputs: $PAYLOAD ($(du -h "$PAYLOAD" | cut -f1)), $(find .whl -maxdepth 1 -type f -name '*.whl' | wc -l) wheels, images: ${want[*]}"
 }
 
 if ((dry)); then
   step inputs check_inputs
-  tar -tJf "$PAYLOAD" | grep -qE '^(\./)?bin/dockerd$' || die "$PAYLOAD holds no bin/dockerd"
-  note "payload: $(tar -tJf "$PAYLOAD" | grep -E '^(\./)?bin/.' | sed 's|^\./||' | tr '\n' ' ')"
+  local_list=$(tar -tJf "$PAYLOAD") || die "$PAYLOAD is not a readable .tar.xz"
+  grep -qE '^(\./)?bin/dockerd$' <<<"$local_list" || die "$PAYLOAD holds no bin/dockerd"
+  note "payload: $(grep -E '^(\./)?bin/.' <<<"$local_list" | sed 's|^\./||' | tr '\n' ' ')"
   has pytorch && step plan-runtime python3 tools/host_userland.py plan --profile runtime --venv "$VENV"
   has opennn && step plan-devel python3 tools/host_userland.py plan --profile devel --venv "$VENV"
   note "dry run: nothing started; $(secs "$T0" "$(now)") s"

@@ -323,8 +323,14 @@ def _prepare(a: argparse.Namespace) -> tuple[Profile, VenvSlice, Path, Path]:
     prof = profile(a.profile, root)
     prof = Profile(prof.name, prof.system, prof.excludes + tuple(a.exclude or ()), prof.extra_dists)
     venv = Path(a.venv)
-    if not (venv / "bin").is_dir():
-        raise Fail(f"no venv at {venv} (set --venv)")
+    if not (venv / "bin").is_dir() or not (venv / "pyvenv.cfg").is_file():
+        raise Fail(f"no venv at {venv} (no bin/ or pyvenv.cfg; set --venv)")
+    # The venv's interpreter is a link to its base Python: that must be inside the slice too.
+    real = os.path.realpath(venv / "bin" / "python")
+    inside = [str(root / p) for p in prof.system] + [os.path.realpath(venv)]
+    if not any(real == d or real.startswith(d.rstrip("/") + "/") for d in inside):
+        raise Fail(f"{venv}/bin/python is {real}, outside the slice ({', '.join('/' + p for p in prof.system)}): "
+                   "its base interpreter would be missing from the image")
     if shutil.which("tar") is None:
         raise Fail("GNU tar is not on PATH")
     t = time.monotonic()
