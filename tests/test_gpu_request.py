@@ -264,6 +264,19 @@ def test_an_unknown_cdi_device_is_the_daemons_unresolvable_error(cdi_client):
     assert cdi_client.containers.list(all=True, filters={"label": f"{LABEL_RUN_ID}=gpu-probe"}) == []
 
 
+@pytest.fixture
+def standin_home(tmp_path, monkeypatch):
+    """KITCTL_HOME with a compose.yaml naming the stand-in image (kit_root is cached: cleared around)."""
+    from kitctl import paths
+
+    home = _standin_home(tmp_path)
+    monkeypatch.setenv("KITCTL_HOME", str(home))
+    paths.kit_root.cache_clear()
+    yield home
+    monkeypatch.delenv("KITCTL_HOME")
+    paths.kit_root.cache_clear()
+
+
 def _standin_home(tmp_path: Path) -> Path:
     """A kit home whose compose.yaml names the stand-in image as the pytorch engine's."""
     home = tmp_path / "kit-home"
@@ -274,9 +287,9 @@ def _standin_home(tmp_path: Path) -> Path:
     return home
 
 
-def test_run_maxbatch_on_the_cdi_daemon_is_exit_2_with_its_words(cdi_client, monkeypatch, capsys, tmp_path):
+def test_run_maxbatch_on_the_cdi_daemon_is_exit_2_with_its_words(cdi_client, standin_home, monkeypatch, capsys,
+                                                                   tmp_path):
     _fake_gpu(monkeypatch)
-    monkeypatch.setenv("KITCTL_HOME", str(_standin_home(tmp_path)))
     monkeypatch.setenv("DOCKER_HOST", _cdi_host())
     monkeypatch.delenv("KITCTL_IMAGE_VARIANT", raising=False)
     results = tmp_path / "results"

@@ -248,13 +248,13 @@ def run_checks(*, client: Any = None, variant: str | None = None, idle_threshold
                                           timeout_s=120, every=True)
                 said = "; ".join(f"{r.kind}: {'works' if why is None else 'refused (' + why + ')'}"
                                  for r, why in found.tried)
-                works = [r for r, why in found.tried if why is None]
+                works = found.request  # the first that works in --gpu-request auto's order
             except Exception as exc:  # noqa: BLE001
-                said, works = f"the probe failed: {_one_line(exc)}", []
-            if works:
+                said, works = f"the probe failed: {_one_line(exc)}", None
+            if works is not None:
                 nvidia_ok = True
-                rep.add("nvidia-runtime", "ok", f"a GPU container starts with the {works[0].describe()} request "
-                        f"(--gpu-request auto uses {works[0].kind}); {said} (probe with {present[0]}, removed; "
+                rep.add("nvidia-runtime", "ok", f"a GPU container starts with the {works.describe()} request "
+                        f"(--gpu-request auto uses {works.kind}); {said} (probe with {present[0]}, removed; "
                         f"{daemon})")
             else:
                 rep.add("nvidia-runtime", "error", f"the daemon attaches a GPU by neither request — {said} "
