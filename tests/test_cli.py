@@ -313,29 +313,33 @@ def test_help_works(work):
 
 # -- issue 14: bad numbers are refused before the first byte is written --------------------
 
+# Small work, should a refusal fail and the run start (as it did before the checks existed).
+SMALL = {"maxbatch": ("--start-batch", "2", "--max-batch", "2"),
+         "throughput": ("--batch", "2", "--runs", "1", "--warmup-steps", "1", "--steps", "1")}
+
 @pytest.mark.parametrize("bench", ["maxbatch", "throughput"])
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e12", "604801"])
 def test_timeout_not_finite_or_beyond_a_week(work, bench, value):
-    refuse(work, "run", bench, "--device", "cpu", "--runtime", "local", "--timeout", value,
+    refuse(work, "run", bench, "--device", "cpu", "--runtime", "local", *SMALL[bench], "--timeout", value,
            match="--timeout must be > 0 and at most 604800 s")
 
 
 @pytest.mark.parametrize("bench", ["maxbatch", "throughput"])
 def test_memory_limit_above_the_hosts_ram(work, bench):
-    refuse(work, "run", bench, "--device", "cpu", "--runtime", "local", "--memory-limit", "99999999999999",
-           match="above this host's")
+    refuse(work, "run", bench, "--device", "cpu", "--runtime", "local", *SMALL[bench], "--memory-limit",
+           "99999999999999", match="above this host's")
 
 
 @pytest.mark.parametrize("runtime", ["docker", "local"])
 def test_memory_limit_below_dockers_minimum(work, runtime):
     # Docker used to refuse it only at the first candidate, after the partial was written.
-    refuse(work, "run", "maxbatch", "--device", "cpu", "--runtime", runtime, "--memory-limit", "1",
-           match="--memory-limit must be at least 6 MiB")
+    refuse(work, "run", "maxbatch", "--device", "cpu", "--runtime", runtime, *SMALL["maxbatch"], "--timeout", "30",
+           "--memory-limit", "1", match="--memory-limit must be at least 6 MiB")
 
 
 @pytest.mark.parametrize("bench", ["maxbatch", "throughput"])
 def test_python_that_does_not_exist(work, bench):
-    refuse(work, "run", bench, "--device", "cpu", "--runtime", "local", "--python", "/nonexistent",
+    refuse(work, "run", bench, "--device", "cpu", "--runtime", "local", *SMALL[bench], "--python", "/nonexistent",
            match="--python /nonexistent: no such executable file")
 
 
@@ -343,7 +347,7 @@ def test_python_that_is_not_executable(work, tmp_path):
     f = tmp_path / "python3"
     f.write_text("#!/bin/sh\n")
     f.chmod(0o644)
-    refuse(work, "run", "maxbatch", "--device", "cpu", "--runtime", "local", "--python", str(f),
+    refuse(work, "run", "maxbatch", "--device", "cpu", "--runtime", "local", *SMALL["maxbatch"], "--python", str(f),
            match="no such executable file")
 
 
@@ -357,7 +361,7 @@ def test_python_that_is_not_executable(work, tmp_path):
     (("run", "throughput", "--batch", "99999999999"), "--batch must be at most"),
 ])
 def test_numbers_out_of_any_sane_range(work, args, match):
-    refuse(work, *args, "--device", "cpu", "--runtime", "local", match=match)
+    refuse(work, *args, "--device", "cpu", "--runtime", "local", "--timeout", "5", match=match)
 
 
 # -- issue 14: a corrupt CIFAR-10 is refused up front ---------------------------------------
@@ -489,7 +493,7 @@ def test_a_partial_with_impossible_settings_is_refused(work, tmp_path, key, valu
 
 def test_a_partial_whose_candidates_the_search_never_ran_is_refused(work, tmp_path):
     # start 2: the search runs 2, then 4; a recorded pass at 5000 cannot have come from it.
-    partial = local_partial(tmp_path / "old", trials=((2, "ok"), (5000, "ok")), max_batch=8192)
+    partial = local_partial(tmp_path / "old", trials=((2, "ok"), (5000, "ok")), max_batch=5000)
     refuse_resume(work, partial, match="candidate 2 ran batch 5000 where the search asks for batch 4")
 
 

@@ -395,6 +395,7 @@ def _setup(benchmark: str, given: list[tuple[str, str]], resume: Path | None, ti
     store: ArtifactStore | None = None
     ready = False
     try:
+        signals.check()
         _check_idle_threshold(idle_threshold)
         if resume is not None:
             _refuse_beside_resume(given)
@@ -515,14 +516,16 @@ O_GPU = typer.Option(None, help="GPU index (NVML order) or UUID; default 0. With
                      "this GPU, which must be the same model, memory and driver as the partial's.")
 O_VRAM_LIMIT = typer.Option(None, help="L in MiB (default: the card's total): emulate a smaller card.")
 O_RESERVE = typer.Option(256, help="R in MiB; the budget is B = L − R.")
-O_TIMEOUT = typer.Option(None, help=f"Seconds per candidate before the kit kills it (default {DEFAULT_TIMEOUT_S:.0f}).")
+O_TIMEOUT = typer.Option(None, help=f"Seconds per candidate before the kit kills it (default {DEFAULT_TIMEOUT_S:.0f}, "
+                         "at most 7 days).")
 O_RUNTIME = typer.Option(RuntimeName.auto, help="auto: docker when the daemon answers and the image exists, else local.")
 O_DATASET = typer.Option(Dataset.synthetic, help="synthetic or cifar10.")
 O_DATA_DIR = typer.Option(None, help="CIFAR-10 folder (binary or python layout) or its parent.")
 O_CUDNN = typer.Option(False, "--cudnn-benchmark", help="Turn cuDNN autotuning on (changes memory use).")
 O_REQUIRE_IDLE = typer.Option(False, "--require-gpu-idle", help="Refuse to start when the GPU holds memory.")
 O_IDLE_THRESHOLD = typer.Option(1024.0, help="MiB in use above which the GPU is not idle.")
-O_MEMORY_LIMIT = typer.Option(None, help="Host memory limit per candidate in MiB (--device cpu).")
+O_MEMORY_LIMIT = typer.Option(None, help="Host memory limit per candidate in MiB (--device cpu; 6 MiB to the "
+                              "host's RAM).")
 O_PYTHON = typer.Option(None, help="Interpreter for the local runtime (default: this one).")
 O_RESULTS_DIR = typer.Option(Path("results"), help="Where artifacts are written.")
 O_RESUME = typer.Option(None, help="Continue the run in this .partial.json, with its own configuration, runtime, "
@@ -557,7 +560,8 @@ def maxbatch(
 ) -> None:
     """Largest training batch that completes one ResNet-50 step, per engine and precision."""
     console = Console(highlight=False)
-    s, cfg = _setup("maxbatch", _given_flags(ctx), resume, timeout, gpu, results_dir, python, require_gpu_idle, idle_threshold,
+    s, cfg = _setup("maxbatch", _given_flags(ctx), resume, timeout, gpu, results_dir, python, require_gpu_idle,
+                    idle_threshold,
                     lambda: _configuration(engines, precision.value, device.value, vram_limit, reserve, start_batch,
                                            max_batch, timeout, runtime.value, dataset.value, data_dir,
                                            cudnn_benchmark, memory_limit, calibration_batch, strategy, gpu))
@@ -604,7 +608,8 @@ def throughput(
     from .throughput import ThroughputPlan, ThroughputRunner
 
     console = Console(highlight=False)
-    s, cfg = _setup("throughput", _given_flags(ctx), resume, timeout, gpu, results_dir, python, require_gpu_idle, idle_threshold,
+    s, cfg = _setup("throughput", _given_flags(ctx), resume, timeout, gpu, results_dir, python, require_gpu_idle,
+                    idle_threshold,
                     lambda: _throughput_configuration(engines, precision.value, device.value, vram_limit, reserve,
                                                       batch, runs, warmup_steps, steps, timeout, runtime.value,
                                                       dataset.value, data_dir, cudnn_benchmark, memory_limit, gpu))
@@ -796,6 +801,7 @@ def main() -> None:
     """Console entry point: usage errors become one line, exit 2; a signal, exit 130."""
     signals.install()  # already done by kitctl.entry; here for `from kitctl.cli import main`
     try:
+        signals.check()
         rc = app(standalone_mode=False, prog_name="kitctl")
     except _usage_error_types() as exc:
         if not exc.format_message():  # no_args_is_help: the help was the answer

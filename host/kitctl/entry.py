@@ -15,6 +15,7 @@ def main() -> None:
     signals.install()
     try:
         from .cli import main as cli_main
+        signals.check()
     except signals.Interrupted as exc:
         sys.stderr.write(f"kitctl: interrupted ({exc}) while starting; nothing written\n")
         sys.exit(130)

@@ -2,6 +2,9 @@
 
 The handler raises `Interrupted` at the next bytecode. It derives from BaseException, as
 KeyboardInterrupt does, so no `except Exception` on the way (the Docker SDK's, ours) swallows it.
+C code can still drop an exception raised from a handler (seen: `compile()` while a module is
+imported), so the handler also records the signal, and `check()` raises it again: at the start
+of every critical block (every artifact write) and at the CLI's milestones.
 Inside `critical()` (an artifact write) a signal is held until the block ends, so a file is never
 half-written and no temporary is left behind; once `stop_interrupting()` is called (the exit
 path has begun, or the final artifact is written) further signals are ignored.
@@ -25,13 +28,15 @@ class Interrupted(BaseException):
 _depth = 0  # open critical() blocks
 _pending: str | None = None  # a signal held by critical()
 _stopped = False  # the exit path has begun: ignore further signals
+_received: str | None = None  # the first signal, until the exit path begins
 
 
 def _handler(signum: int, _frame: Any) -> None:
-    global _pending
+    global _pending, _received
     if _stopped:
         return
     name = signal.Signals(signum).name
+    _received = _received or name
     if _depth:
         _pending = _pending or name
         return
@@ -39,10 +44,18 @@ def _handler(signum: int, _frame: Any) -> None:
 
 
 def install() -> dict[int, Any]:
-    """Handle SIGINT/SIGTERM/SIGHUP from now on (main thread only); returns the previous handlers."""
-    global _pending, _stopped
-    _pending, _stopped = None, False
+    """Handle SIGINT/SIGTERM/SIGHUP from now on (main thread only); returns the previous handlers.
+    Installing again (the CLI after the console script) keeps a signal already received."""
+    global _pending, _stopped, _received
+    if not installed():
+        _pending, _stopped, _received = None, False, None
     return {s: signal.signal(s, _handler) for s in HANDLED}
+
+
+def check() -> None:
+    """Raise the signal received earlier whose exception was lost on the way, if any."""
+    if _received is not None and not _stopped and not _depth:
+        raise Interrupted(_received)
 
 
 def restore(previous: dict[int, Any]) -> None:
@@ -53,8 +66,8 @@ def restore(previous: dict[int, Any]) -> None:
 
 def stop_interrupting() -> None:
     """The run is ending (interrupted, or its final artifact is written): ignore further signals."""
-    global _pending, _stopped
-    _stopped, _pending = True, None
+    global _pending, _stopped, _received
+    _stopped, _pending, _received = True, None, None
 
 
 def installed() -> bool:
@@ -66,6 +79,7 @@ class critical:
 
     def __enter__(self) -> "critical":
         global _depth
+        check()
         _depth += 1
         return self
 
