@@ -540,3 +540,65 @@ def test_resume_while_another_kitctl_holds_the_partial_is_refused(work, tmp_path
     finally:
         holder.release()
     assert not holder.lock_path.exists()
+
+
+def throughput_partial(folder: Path, runs: int, recorded: int, edit=None) -> Path:
+    """A `run throughput --device cpu --runtime local` partial with `recorded` ok runs of 4 images/s."""
+    from kitctl.artifact import ArtifactStore
+    from kitctl.cli import _new_doc, _throughput_configuration
+    from kitctl.engines import parse_engines
+    from kitctl.outcome import MemoryPeaks, Status, TrialOutcome
+    from kitctl.runtimes.local import LocalRuntime
+    from kitctl.throughput import new_throughput_cell, run_figures
+
+    cfg = _throughput_configuration("pytorch-eager", "fp32", "cpu", None, 256, 2, runs, 1, 1, 60.0, "local",
+                                    "synthetic", None, False, None, None)
+    rt = LocalRuntime()
+    doc = _new_doc("resumetest03", cfg, None, rt, parse_engines("pytorch-eager"), "throughput")
+    doc["runtime"] = {"name": "local", "interpreter": rt.python}
+    doc["engines"]["pytorch-eager"]["provenance"] = rt.describe("pytorch-eager")
+    doc["state"] = "interrupted"
+    cell = new_throughput_cell("pytorch-eager", "fp32", 2)
+    for i in range(1, recorded + 1):
+        result = {"protocol": 1, "engine": "pytorch-eager", "mode": "eager", "precision": "fp32", "batch": 2,
+                  "status": "ok", "loss_warmup": 2.3, "loss_final": 2.2, "images": 8, "window_seconds": 2.0,
+                  "warmup_seconds": 1.0}
+        out = TrialOutcome(batch=2, status=Status.OK, exit_code=0, result=result, elapsed_s=3.0, runtime="local",
+                           peaks=MemoryPeaks(host_rss_mib=700.0))
+        cell["runs"].append({"run": i, **run_figures(out)[0], **out.to_json()})
+    doc["results"].append(cell)
+    store = ArtifactStore.create(folder, "throughput", "resnet50", "synthetic")
+    store.save_partial(doc)
+    if edit is not None:
+        edit(doc)
+        store.partial.write_text(json.dumps(doc, indent=1))
+    return store.partial
+
+
+def test_throughput_resume_recomputes_a_summary_the_partial_states(work, tmp_path):
+    """Edited to claim a median of 1e9 images/s: the final's summary comes from the recorded run (4/s)."""
+    def claim(doc):
+        doc["results"][0].update(state="done", status="ok", summary={
+            "n": 1, "median": 1e9, "min": 1e9, "max": 1e9, "std": None, "ci_low": 1e9, "ci_high": 1e9,
+            "ci_level": None})
+        doc["results"][0]["runs"][0]["images_per_second"] = 1e9
+
+    partial = throughput_partial(tmp_path / "old", runs=1, recorded=1, edit=claim)
+    p = kitctl(work, "run", "throughput", "--resume", str(partial), results=False)
+    assert p.returncode == 0, p.stderr[-2000:]
+    from kitctl.artifact import load
+
+    final = load(partial.with_name(partial.name.replace(".partial.json", ".json")))
+    (cell,) = final["results"]
+    assert cell["summary"]["median"] == 4.0 and cell["runs"][0]["images_per_second"] == 4.0
+
+
+def test_throughput_partial_with_more_runs_than_configured_is_refused(work, tmp_path):
+    partial = throughput_partial(tmp_path / "old", runs=2, recorded=2,
+                                 edit=lambda d: d["configuration"].__setitem__("runs", 1))
+    content = partial.read_bytes()
+    p = kitctl(work, "run", "throughput", "--resume", str(partial), results=False)
+    assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1 and "it records 2 runs of 1" in lines[0] and "Traceback" not in p.stderr, p.stderr
+    assert partial.read_bytes() == content
