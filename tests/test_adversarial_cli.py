@@ -35,7 +35,7 @@ def kitctl(*args: str, env: dict[str, str] | None = None, timeout: float = 900) 
                           env={**os.environ, "COLUMNS": "200", **(env or {})})
 
 
-def handlers_installed(pid: int, timeout: float = 20.0) -> bool:
+def handlers_installed(pid: int, timeout: float = 10.0) -> bool:
     """Wait until the process catches SIGTERM and SIGHUP (/proc/PID/status SigCgt): before that,
     Python itself is starting and no program can handle a signal."""
     want = (1 << (signal.SIGTERM - 1)) | (1 << (signal.SIGHUP - 1))
@@ -82,7 +82,7 @@ def test_every_signal_at_every_moment_exits_130_with_a_partial_or_nothing(tmp_pa
         proc = start(*CPU, "--start-batch", "2", "--max-batch", "8", "--timeout", "120",
                      "--results-dir", str(results))
         try:
-            assert handlers_installed(proc.pid), "kitctl never installed its signal handlers"
+            handlers_installed(proc.pid)  # (if never, the signal still goes: the exit code tells)
             if delay == "mid-run":  # on a loaded machine 2 s may still be setup: also once mid-run
                 while proc.poll() is None and not list(results.glob("*" + PARTIAL_SUFFIX)):
                     time.sleep(0.05)
