@@ -512,7 +512,9 @@ def test_resume_rederives_a_cell_the_partial_calls_done(work, tmp_path):
                                  next_batch=5001, reason="pass at 5000, memory failure at 5001")
 
     partial = local_partial(tmp_path / "old", trials=((2, "ok"),), edit=claim)
-    p = kitctl(work, "run", "maxbatch", "--resume", str(partial), results=False)
+    # (--timeout and --idle-threshold are among what a resume accepts)
+    p = kitctl(work, "run", "maxbatch", "--resume", str(partial), "--timeout", "30", "--idle-threshold", "512",
+               results=False)
     assert p.returncode == 0, p.stderr[-2000:]
     from kitctl.artifact import load
 
@@ -520,6 +522,7 @@ def test_resume_rederives_a_cell_the_partial_calls_done(work, tmp_path):
     (cell,) = final["results"]
     assert (cell["search_status"], cell["max_batch"], cell["next_batch"]) == ("censored_at_max_batch", 2, None)
     assert [t["batch"] for t in cell["trials"]] == [2]  # re-derived, nothing re-run
+    assert final["configuration"]["timeout_s"] == 30
     assert "5,000" not in p.stdout and "the partial said" in p.stdout
     assert sorted(x.name for x in partial.parent.iterdir()) == [partial.name.replace(".partial.json", ".json")]
 
