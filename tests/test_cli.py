@@ -234,29 +234,30 @@ def test_results_dir_that_cannot_be_created(work, tmp_path, under_a_file):
 def test_resume_of_a_non_partial_path(work, tmp_path):
     f = tmp_path / "maxbatch-resnet50-synthetic-20260101T000000Z.json"
     f.write_text("{}")
-    refuse(work, "run", "maxbatch", "--resume", str(f), match="--resume takes a .partial.json")
+    refuse(work, "run", "maxbatch", "--resume", str(f), match="--resume takes a .partial.json", results=False)
 
 
 def test_resume_of_a_missing_partial(work, tmp_path):
-    refuse(work, "run", "maxbatch", "--resume", str(tmp_path / "gone.partial.json"), match="cannot read")
+    refuse(work, "run", "maxbatch", "--resume", str(tmp_path / "gone.partial.json"), match="cannot read",
+           results=False)
 
 
 def test_resume_of_a_garbage_file(work, tmp_path):
     f = tmp_path / "x.partial.json"
     f.write_text("KIT-RESULT ]]] not json")
-    refuse(work, "run", "maxbatch", "--resume", str(f), match="not valid JSON")
+    refuse(work, "run", "maxbatch", "--resume", str(f), match="not valid JSON", results=False)
 
 
 def test_resume_of_a_binary_garbage_file(work, tmp_path):
     f = tmp_path / "core.partial.json"
     f.write_bytes(b"\x7fELF\x02\x01\x01\x00\xff\xfe\x00" * 20)
-    refuse(work, "run", "maxbatch", "--resume", str(f))
+    refuse(work, "run", "maxbatch", "--resume", str(f), results=False)
 
 
 def test_resume_of_json_that_is_not_an_artifact(work, tmp_path):
     f = tmp_path / "y.partial.json"
     f.write_text(json.dumps({"kind": "something", "results": []}))
-    refuse(work, "run", "maxbatch", "--resume", str(f), match="not a kitctl artifact")
+    refuse(work, "run", "maxbatch", "--resume", str(f), match="not a kitctl artifact", results=False)
 
 
 def cpu_partial(folder: Path) -> Path:
@@ -313,3 +314,299 @@ def test_help_works(work):
     assert p.returncode == 0
     assert "--start-batch" in p.stdout and "--vram-limit" in p.stdout
     assert p.stderr == ""
+
+
+# -- issue 14: bad numbers are refused before the first byte is written --------------------
+
+# Small work, should a refusal fail and the run start (as it did before the checks existed).
+SMALL = {"maxbatch": ("--start-batch", "2", "--max-batch", "2"),
+         "throughput": ("--batch", "2", "--runs", "1", "--warmup-steps", "1", "--steps", "1")}
+
+@pytest.mark.parametrize("bench", ["maxbatch", "throughput"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e12", "604801"])
+def test_timeout_not_finite_or_beyond_a_week(work, bench, value):
+    refuse(work, "run", bench, "--device", "cpu", "--runtime", "local", *SMALL[bench], "--timeout", value,
+           match="--timeout must be > 0 and at most 604800 s")
+
+
+@pytest.mark.parametrize("bench", ["maxbatch", "throughput"])
+def test_memory_limit_above_the_hosts_ram(work, bench):
+    refuse(work, "run", bench, "--device", "cpu", "--runtime", "local", *SMALL[bench], "--memory-limit",
+           "99999999999999", match="above this host's")
+
+
+@pytest.mark.parametrize("runtime", ["docker", "local"])
+def test_memory_limit_below_dockers_minimum(work, runtime):
+    # Docker used to refuse it only at the first candidate, after the partial was written.
+    refuse(work, "run", "maxbatch", "--device", "cpu", "--runtime", runtime, *SMALL["maxbatch"], "--timeout", "30",
+           "--memory-limit", "1", match="--memory-limit must be at least 6 MiB")
+
+
+@pytest.mark.parametrize("bench", ["maxbatch", "throughput"])
+def test_python_that_does_not_exist(work, bench):
+    refuse(work, "run", bench, "--device", "cpu", "--runtime", "local", *SMALL[bench], "--python", "/nonexistent",
+           match="--python /nonexistent: no such executable file")
+
+
+def test_python_that_is_not_executable(work, tmp_path):
+    f = tmp_path / "python3"
+    f.write_text("#!/bin/sh\n")
+    f.chmod(0o644)
+    refuse(work, "run", "maxbatch", "--device", "cpu", "--runtime", "local", *SMALL["maxbatch"], "--python", str(f),
+           match="no such executable file")
+
+
+@pytest.mark.parametrize("args, match", [
+    (("run", "maxbatch", "--start-batch", "2", "--max-batch", "99999999999"), "--max-batch must be at most"),
+    (("run", "maxbatch", "--calibration-batch", "99999999999"), "--calibration-batch must be at most"),
+    (("run", "maxbatch", "--reserve", "-1"), "--reserve must be ≥ 0"),
+    (("run", "maxbatch", "--idle-threshold", "nan"), "--idle-threshold must be"),
+    (("run", "throughput", "--runs", "99999999999"), "--runs must be at most"),
+    (("run", "throughput", "--steps", "99999999999"), "--steps must be at most"),
+    (("run", "throughput", "--batch", "99999999999"), "--batch must be at most"),
+])
+def test_numbers_out_of_any_sane_range(work, args, match):
+    refuse(work, *args, "--device", "cpu", "--runtime", "local", "--timeout", "5", match=match)
+
+
+# -- issue 14: a corrupt CIFAR-10 is refused up front ---------------------------------------
+
+def _corrupt(layout: str, how: str) -> bytes:
+    import pickle
+    import random
+
+    if how == "empty":
+        return b""
+    if how == "random":  # whole records of noise: label bytes ≥ 10 give it away
+        return bytes([200]) + random.Random(0).randbytes(3073 * 4 - 1)
+    if how == "short":
+        return b"\x01" * 100
+    if how == "truncated":
+        return pickle.dumps({b"data": b"\x00" * 3072 * 3, b"labels": [1, 2, 3]})[:-500]
+    return pickle.dumps([1, 2, 3])  # "not-a-batch": a pickle, but no data/labels
+
+
+@pytest.mark.parametrize("layout, how", [("bin", "empty"), ("bin", "random"), ("bin", "short"),
+                                         ("py", "empty"), ("py", "random"), ("py", "truncated"),
+                                         ("py", "not-a-batch")])
+def test_corrupt_cifar10_is_refused_before_any_candidate(work, tmp_path, layout, how):
+    from cifar_files import write_cifar10
+
+    folder = write_cifar10(tmp_path / "data", layout, sizes=(3, 3))
+    # The second file is the bad one: the check covers every batch a trial may read.
+    (folder / ("data_batch_2" + (".bin" if layout == "bin" else ""))).write_bytes(_corrupt(layout, how))
+    refuse(work, "run", "maxbatch", "--device", "cpu", "--runtime", "local", "--dataset", "cifar10",
+           "--data-dir", str(tmp_path / "data"), "--start-batch", "2", "--max-batch", "2", "--timeout", "60",
+           match=("data_batch_2",))
+
+
+# -- issue 14: what a resume accepts ---------------------------------------------------------
+
+def local_partial(folder: Path, trials: tuple[tuple[int, str], ...] = (), start: int = 2, max_batch: int = 2,
+                  edit=None) -> Path:
+    """A partial as `kitctl run maxbatch --device cpu --runtime local` leaves it, with `trials`
+    (batch, status) recorded in its one cell; `edit(doc)` may then change it as a user could."""
+    from kitctl.artifact import ArtifactStore
+    from kitctl.cli import _configuration, _new_doc
+    from kitctl.engines import parse_engines
+    from kitctl.outcome import MemoryPeaks, Status, TrialOutcome
+    from kitctl.runner import new_cell
+    from kitctl.runtimes.local import LocalRuntime
+
+    cfg = _configuration("pytorch-eager", "fp32", "cpu", None, 256, start, max_batch, 60.0, "local", "synthetic",
+                         None, False, None, 16, "protocol", None)
+    rt = LocalRuntime()
+    doc = _new_doc("resumetest02", cfg, None, rt, parse_engines("pytorch-eager"))
+    doc["runtime"] = {"name": "local", "interpreter": rt.python}
+    doc["engines"]["pytorch-eager"]["provenance"] = rt.describe("pytorch-eager")
+    doc["state"] = "interrupted"
+    if trials:
+        cell = new_cell("pytorch-eager", "fp32")
+        for b, st in trials:
+            ok = st == "ok"
+            result = {"protocol": 1, "engine": "pytorch-eager", "mode": "eager", "precision": "fp32", "batch": b,
+                      "status": st, "loss_warmup": 2.3 if ok else None, "loss_final": 2.2 if ok else None}
+            cell["trials"].append(TrialOutcome(batch=b, status=Status(st), exit_code=0 if ok else 1, result=result,
+                                               elapsed_s=1.0, runtime="local",
+                                               peaks=MemoryPeaks(host_rss_mib=700.0 + b)).to_json())
+        doc["results"].append(cell)
+    store = ArtifactStore.create(folder, "maxbatch", "resnet50", "synthetic")
+    store.save_partial(doc)
+    if edit is not None:  # written as a text editor would: no schema check on the way
+        edit(doc)
+        store.partial.write_text(json.dumps(doc, indent=1))
+    return store.partial
+
+
+def refuse_resume(work: Path, partial: Path, *extra: str, match: str | tuple[str, ...]) -> str:
+    """A refused resume: one line, exit 2, the partial byte for byte as it was, no lock file left."""
+    content = partial.read_bytes()
+    before = snapshot(partial.parent)
+    p = kitctl(work, "run", "maxbatch", "--resume", str(partial), *extra, results=False)
+    assert p.returncode == 2, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+    assert "Traceback" not in p.stderr, p.stderr
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kitctl: "), p.stderr
+    options = (match,) if isinstance(match, str) else match
+    assert any(m in lines[0] for m in options), lines[0]
+    assert partial.read_bytes() == content
+    assert snapshot(partial.parent) == before  # nor a lock file, nor a final
+    return lines[0]
+
+
+def test_flags_beside_resume_are_refused_not_ignored(work, tmp_path):
+    partial = local_partial(tmp_path / "old")
+    msg = refuse_resume(work, partial, "--engines", "nope", "--memory-limit", "-5",
+                        match="cannot apply")
+    assert "--engines" in msg and "--memory-limit" in msg and "--timeout" in msg  # and says what may
+
+
+@pytest.mark.parametrize("flag", [("--results-dir", "elsewhere"), ("--python", sys.executable),
+                                  ("--runtime", "docker"), ("--max-batch", "64"), ("--device", "cpu"),
+                                  ("--cudnn-benchmark",)])
+def test_each_flag_that_cannot_apply_to_a_resume(work, tmp_path, flag):
+    partial = local_partial(tmp_path / "old")
+    refuse_resume(work, partial, *flag, match=f"{flag[0]} cannot apply")
+
+
+def test_a_resume_keeps_its_interpreter_or_refuses(work, tmp_path):
+    def gone(doc):
+        doc["engines"]["pytorch-eager"]["provenance"]["interpreter"] = "/nonexistent/bin/python3"
+
+    partial = local_partial(tmp_path / "old", edit=gone)
+    refuse_resume(work, partial, match="interpreter '/nonexistent/bin/python3'")
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("max_batch", 1, "--max-batch 1 is below --start-batch 2"),
+    ("start_batch", 1, "--start-batch must be ≥ 2"),
+    ("timeout_s", 1e12, "--timeout must be > 0 and at most"),
+    ("memory_limit_mib", 99999999999999, "above this host's"),
+    ("memory_limit_mib", 3, "at least 6 MiB"),
+    ("strategy", "guided", "unknown --strategy"),
+    ("max_batch", True, "schema at configuration/max_batch"),
+    ("device", "tpu", "schema at configuration/device"),
+    ("cudnn_benchmark", 1, "schema at configuration/cudnn_benchmark"),
+    ("reserve_mib", -5, "schema at configuration/reserve_mib"),
+    ("seed", 7, "seed"),
+    ("engines", ["pytorch-eager", "pytorch-eager"], "engines"),
+])
+def test_a_partial_with_impossible_settings_is_refused(work, tmp_path, key, value, match):
+    partial = local_partial(tmp_path / "old", edit=lambda d: d["configuration"].__setitem__(key, value))
+    refuse_resume(work, partial, match=match)
+
+
+def test_a_partial_whose_candidates_the_search_never_ran_is_refused(work, tmp_path):
+    # start 2: the search runs 2, then 4; a recorded pass at 5000 cannot have come from it.
+    partial = local_partial(tmp_path / "old", trials=((2, "ok"), (5000, "ok")), max_batch=5000)
+    refuse_resume(work, partial, match="candidate 2 ran batch 5000 where the search asks for batch 4")
+
+
+def test_a_partial_with_a_cell_its_configuration_does_not_run_is_refused(work, tmp_path):
+    def other(doc):
+        doc["results"][0]["engine"] = "tensorflow-xla"
+
+    partial = local_partial(tmp_path / "old", trials=((2, "ok"),), edit=other)
+    refuse_resume(work, partial, match="cell tensorflow-xla fp32 is not one its configuration runs")
+
+
+def test_resume_rederives_a_cell_the_partial_calls_done(work, tmp_path):
+    """Edited to claim max_batch 5000 though only batch 2 ran (start = max = 2): the final says 2."""
+    def claim(doc):
+        doc["results"][0].update(state="done", search_status="bounded_by_memory_failure", max_batch=5000,
+                                 next_batch=5001, reason="pass at 5000, memory failure at 5001")
+
+    partial = local_partial(tmp_path / "old", trials=((2, "ok"),), edit=claim)
+    # (--timeout and --idle-threshold are among what a resume accepts)
+    p = kitctl(work, "run", "maxbatch", "--resume", str(partial), "--timeout", "30", "--idle-threshold", "512",
+               results=False)
+    assert p.returncode == 0, p.stderr[-2000:]
+    from kitctl.artifact import load
+
+    final = load(partial.with_name(partial.name.replace(".partial.json", ".json")))
+    (cell,) = final["results"]
+    assert (cell["search_status"], cell["max_batch"], cell["next_batch"]) == ("censored_at_max_batch", 2, None)
+    assert [t["batch"] for t in cell["trials"]] == [2]  # re-derived, nothing re-run
+    assert final["configuration"]["timeout_s"] == 30
+    assert "5,000" not in p.stdout and "the partial said" in p.stdout
+    assert sorted(x.name for x in partial.parent.iterdir()) == [partial.name.replace(".partial.json", ".json")]
+
+
+def test_resume_while_another_kitctl_holds_the_partial_is_refused(work, tmp_path):
+    from kitctl.artifact import ArtifactStore
+
+    partial = local_partial(tmp_path / "old", trials=((2, "ok"),))
+    holder = ArtifactStore(partial)
+    holder.lock()  # as a running kitctl does, for the whole run
+    try:
+        content = partial.read_bytes()
+        p = kitctl(work, "run", "maxbatch", "--resume", str(partial), results=False)
+        assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
+        lines = p.stderr.splitlines()
+        assert len(lines) == 1 and "being written by another kitctl" in lines[0], p.stderr
+        assert partial.read_bytes() == content and holder.lock_path.exists()
+    finally:
+        holder.release()
+    assert not holder.lock_path.exists()
+
+
+def throughput_partial(folder: Path, runs: int, recorded: int, edit=None) -> Path:
+    """A `run throughput --device cpu --runtime local` partial with `recorded` ok runs of 4 images/s."""
+    from kitctl.artifact import ArtifactStore
+    from kitctl.cli import _new_doc, _throughput_configuration
+    from kitctl.engines import parse_engines
+    from kitctl.outcome import MemoryPeaks, Status, TrialOutcome
+    from kitctl.runtimes.local import LocalRuntime
+    from kitctl.throughput import new_throughput_cell, run_figures
+
+    cfg = _throughput_configuration("pytorch-eager", "fp32", "cpu", None, 256, 2, runs, 1, 1, 60.0, "local",
+                                    "synthetic", None, False, None, None)
+    rt = LocalRuntime()
+    doc = _new_doc("resumetest03", cfg, None, rt, parse_engines("pytorch-eager"), "throughput")
+    doc["runtime"] = {"name": "local", "interpreter": rt.python}
+    doc["engines"]["pytorch-eager"]["provenance"] = rt.describe("pytorch-eager")
+    doc["state"] = "interrupted"
+    cell = new_throughput_cell("pytorch-eager", "fp32", 2)
+    for i in range(1, recorded + 1):
+        result = {"protocol": 1, "engine": "pytorch-eager", "mode": "eager", "precision": "fp32", "batch": 2,
+                  "status": "ok", "loss_warmup": 2.3, "loss_final": 2.2, "images": 8, "window_seconds": 2.0,
+                  "warmup_seconds": 1.0}
+        out = TrialOutcome(batch=2, status=Status.OK, exit_code=0, result=result, elapsed_s=3.0, runtime="local",
+                           peaks=MemoryPeaks(host_rss_mib=700.0))
+        cell["runs"].append({"run": i, **run_figures(out)[0], **out.to_json()})
+    doc["results"].append(cell)
+    store = ArtifactStore.create(folder, "throughput", "resnet50", "synthetic")
+    store.save_partial(doc)
+    if edit is not None:
+        edit(doc)
+        store.partial.write_text(json.dumps(doc, indent=1))
+    return store.partial
+
+
+def test_throughput_resume_recomputes_a_summary_the_partial_states(work, tmp_path):
+    """Edited to claim a median of 1e9 images/s: the final's summary comes from the recorded run (4/s)."""
+    def claim(doc):
+        doc["results"][0].update(state="done", status="ok", summary={
+            "n": 1, "median": 1e9, "min": 1e9, "max": 1e9, "std": None, "ci_low": 1e9, "ci_high": 1e9,
+            "ci_level": None})
+        doc["results"][0]["runs"][0]["images_per_second"] = 1e9
+
+    partial = throughput_partial(tmp_path / "old", runs=1, recorded=1, edit=claim)
+    p = kitctl(work, "run", "throughput", "--resume", str(partial), results=False)
+    assert p.returncode == 0, p.stderr[-2000:]
+    from kitctl.artifact import load
+
+    final = load(partial.with_name(partial.name.replace(".partial.json", ".json")))
+    (cell,) = final["results"]
+    assert cell["summary"]["median"] == 4.0 and cell["runs"][0]["images_per_second"] == 4.0
+
+
+def test_throughput_partial_with_more_runs_than_configured_is_refused(work, tmp_path):
+    partial = throughput_partial(tmp_path / "old", runs=2, recorded=2,
+                                 edit=lambda d: d["configuration"].__setitem__("runs", 1))
+    content = partial.read_bytes()
+    p = kitctl(work, "run", "throughput", "--resume", str(partial), results=False)
+    assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1 and "it records 2 runs of 1" in lines[0] and "Traceback" not in p.stderr, p.stderr
+    assert partial.read_bytes() == content

@@ -5,10 +5,10 @@ which runtime ran a candidate, nor whether a GPU is behind the watcher.
 """
 from __future__ import annotations
 
-import signal
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
+from . import signals
 from .artifact import ArtifactStore, utc_iso
 from .budget import Budget, BudgetError, framework_budget, overhead_from
 from .engines import Engine
@@ -16,10 +16,7 @@ from .outcome import SearchStatus, TrialOutcome
 from .protocol import TrialRequest
 from .runtimes.base import Runtime, RuntimeUnavailable, Watcher
 from .search import STRATEGIES, SearchConfig
-
-
-class Interrupted(Exception):
-    """SIGINT/SIGTERM during a run: the partial artifact is kept and resumable."""
+from .signals import Interrupted  # noqa: F401  (re-exported: SIGINT/SIGTERM/SIGHUP during a run)
 
 
 class View(Protocol):
@@ -54,6 +51,27 @@ def find_cell(doc: dict[str, Any], engine: str, precision: str) -> dict[str, Any
     return None
 
 
+def replay_problem(trials: Sequence[dict[str, Any]], search: SearchConfig, strategy: str) -> str | None:
+    """Why these recorded candidates are not the ones the search would have run, or None.
+
+    Replays the strategy over them: the i-th candidate must be the batch it asks for after the
+    first i − 1, and none may follow its decision to stop."""
+    decide = STRATEGIES[strategy]
+    history: list[tuple[int, Any]] = []
+    for i, t in enumerate(trials, 1):
+        d = decide(history, search)
+        if d.done:
+            return f"candidate {i} (batch {t['batch']}) comes after the search had ended"
+        if d.batch != t["batch"]:
+            return f"candidate {i} ran batch {t['batch']} where the search asks for batch {d.batch}"
+        history.append((t["batch"], TrialOutcome.from_json(t).status))
+    return None
+
+
+def _summary(cell: dict[str, Any]) -> str:
+    return f"{cell.get('search_status')} max_batch {cell.get('max_batch')} next_batch {cell.get('next_batch')}"
+
+
 def new_cell(engine: str, precision: str) -> dict[str, Any]:
     return {"engine": engine, "precision": precision, "state": "pending", "calibration": None,
             "overhead": None, "framework_budget_mib": None, "max_batch": None, "next_batch": None,
@@ -69,17 +87,12 @@ class Runner:
     view: View
     _installed: dict[int, Any] = field(default_factory=dict)
 
-    # -- signals: turn SIGTERM into the same path as Ctrl-C -----------------------------
-    def _on_signal(self, signum: int, _frame: Any) -> None:
-        raise Interrupted(signal.Signals(signum).name)
-
+    # -- signals: SIGTERM and SIGHUP take the same path as Ctrl-C ------------------------
     def _install_signals(self) -> None:
-        for s in (signal.SIGINT, signal.SIGTERM):
-            self._installed[s] = signal.signal(s, self._on_signal)
+        self._installed = signals.install()
 
     def _restore_signals(self) -> None:
-        for s, h in self._installed.items():
-            signal.signal(s, h)
+        signals.restore(self._installed)
 
     def save(self) -> None:
         self.doc["updated_utc"] = utc_iso()
@@ -90,7 +103,8 @@ class Runner:
         self._install_signals()
         try:
             self.doc["state"] = "running"
-            self.save()
+            self.save()  # a new run's first write: its partial appears, whole and locked
+            self.view.note(f"partial artifact: {self.store.partial}")
             for engine in self.plan.engines:
                 for precision in self.plan.precisions:
                     self._run_cell(engine, precision)
@@ -98,19 +112,21 @@ class Runner:
             self.doc["finished_utc"] = utc_iso()
             return self.doc
         except (Interrupted, KeyboardInterrupt) as exc:
-            self.doc["state"] = "interrupted"
-            self.doc["interrupted_by"] = str(exc) or "SIGINT"
-            # A second Ctrl-C must not lose the partial: ignore signals while saving.
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            self.save()
-            raise Interrupted(self.doc["interrupted_by"]) from None
+            # A second signal must not lose the partial: from here on they are ignored.
+            signals.stop_interrupting()
+            why = str(exc) or "SIGINT"
+            if self.store.claimed:  # else nothing was written, and nothing will be
+                self.doc["state"] = "interrupted"
+                self.doc["interrupted_by"] = why
+                self.save()
+            raise Interrupted(why) from None
         except RuntimeUnavailable as exc:
             # The runtime went away mid-run (daemon stopped, GPU runtime missing): keep the
             # partial resumable and let the CLI say it in one line.
-            self.doc["state"] = "interrupted"
-            self.doc["interrupted_by"] = f"runtime unavailable: {exc}"
-            self.save()
+            if self.store.claimed:
+                self.doc["state"] = "interrupted"
+                self.doc["interrupted_by"] = f"runtime unavailable: {exc}"
+                self.save()
             raise
         finally:
             self._restore_signals()
@@ -134,7 +150,11 @@ class Runner:
         """Overhead = device-delta peak − framework peak at a small batch (GPU only)."""
         if self.plan.budget is None or self.plan.watcher_factory is None:
             return None
-        if cell["overhead"] is not None:
+        if cell["calibration"] is not None:
+            # Resumed: the overhead follows from the recorded candidate, not from the partial's say-so.
+            ov = overhead_from(TrialOutcome.from_json(cell["calibration"]))  # BudgetError if it failed
+            cell["overhead"] = ov.to_json()
+            cell["framework_budget_mib"] = framework_budget(self.plan.budget, ov)
             return cell["framework_budget_mib"]
         req = self._request(engine, precision, self.plan.calibration_batch, None)
         what = "calibration"
@@ -154,9 +174,16 @@ class Runner:
         if cell is None:
             cell = new_cell(engine.name, precision)
             self.doc["results"].append(cell)
-        if cell["state"] == "done":
-            return
+        # A resumed cell, even one the partial calls done, is re-derived from its recorded
+        # candidates: the search replays them (it is a pure function of them) and decides.
+        said = _summary(cell) if cell["state"] == "done" else None
         cell["state"] = "running"
+        self._search_cell(engine, precision, cell)
+        if said is not None and _summary(cell) != said:
+            self.view.note(f"{engine.name} {precision}: the partial said {said}; re-derived from its recorded "
+                           f"candidates: {_summary(cell)}")
+
+    def _search_cell(self, engine: Engine, precision: str, cell: dict[str, Any]) -> None:
         try:
             fw_budget = self._calibrate(engine, precision, cell)
         except BudgetError as exc:
@@ -186,7 +213,6 @@ class Runner:
                 next_batch: int | None, reason: str) -> None:
         cell.update(state="done", search_status=status.value, max_batch=max_batch,
                     next_batch=next_batch, reason=reason)
-        if max_batch is not None:
-            at_max = [t for t in cell["trials"] if t["batch"] == max_batch and t["status"] == "ok"]
-            cell["peaks_at_max"] = at_max[-1]["peaks"] if at_max else None
+        at_max = [t for t in cell["trials"] if t["batch"] == max_batch and t["status"] == "ok"]
+        cell["peaks_at_max"] = at_max[-1]["peaks"] if at_max else None
         self.save()

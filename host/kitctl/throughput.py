@@ -59,6 +59,23 @@ def run_figures(out: TrialOutcome) -> tuple[dict[str, Any], str | None]:
     return figs, None
 
 
+def replay_problem(cell: dict[str, Any], batch: int, runs: int) -> str | None:
+    """Why a recorded cell is not one this configuration's runs could have left, or None."""
+    if cell.get("batch", batch) != batch:
+        return f"its batch is {cell.get('batch')}, the configuration's {batch}"
+    recorded = cell["runs"]
+    if len(recorded) > runs:
+        return f"it records {len(recorded)} runs of {runs}"
+    for i, r in enumerate(recorded, 1):
+        if r["run"] != i or r.get("batch", batch) != batch:
+            return f"run {i} is numbered {r['run']} at batch {r.get('batch')}"
+        if "status" not in r:
+            return f"run {i} has no outcome"
+        if r["status"] != "ok" and i < len(recorded):
+            return f"run {i} failed, yet more runs follow it"
+    return None
+
+
 def _max(xs: list[Any]) -> float | None:
     vals = [float(x) for x in xs if isinstance(x, (int, float)) and math.isfinite(x)]
     return max(vals) if vals else None
@@ -75,10 +92,17 @@ class ThroughputRunner(Runner):
         if cell is None:
             cell = new_throughput_cell(engine.name, precision, batch)
             self.doc["results"].append(cell)
-        if cell["state"] == "done":
-            return
         cell["state"] = "running"
         n = self.plan.runs
+        # Resumed: every recorded run's figures are recomputed from its outcome, and the cell's
+        # status and summary from those (a partial's own summary is not trusted).
+        for i, r in enumerate(cell["runs"], 1):
+            out = TrialOutcome.from_json(r)
+            figs, why = run_figures(out)
+            cell["runs"][i - 1] = {"run": i, **figs, **out.to_json()}
+            if why is not None:
+                self._finish(cell, f"run {i}/{n} failed — {why}")
+                return
         while len(cell["runs"]) < n:
             i = len(cell["runs"]) + 1
             what = f"run {i}/{n}"

@@ -848,7 +848,8 @@ def from_cli(*, engines: list[Any], device: str, gpu_uuid: str | None, run_id: s
              memory_limit_mib: int | None = None, data_dir: str | None = None, required: bool,
              variant: str | None = None, client: Any = None, sweep: bool = True,
              probe: bool = True, fallback: list[str] | None = None,
-             gpu_request: str = "auto") -> "DockerRuntime | None":
+             gpu_request: str = "auto",
+             images: Mapping[str, str] | None = None) -> "DockerRuntime | None":
     """The Docker runtime for `kitctl run`, or None where `--runtime auto` should use local.
 
     required (`--runtime docker`): a daemon that does not answer, an engine image that is absent
@@ -860,6 +861,8 @@ def from_cli(*, engines: list[Any], device: str, gpu_uuid: str | None, run_id: s
     Images come from compose.yaml; `variant` (or env KITCTL_IMAGE_VARIANT, e.g. `cpu-ci`) picks a
     build variant's image. Orphans of earlier runs are swept first (listed in `.swept`).
     When None is returned, `fallback` (if given) gets the one-line reason.
+    `images` (engine → image id, a resume) replaces compose.yaml and the variant: a resumed run
+    continues in the very images it started in, or is refused.
     """
     if docker is None:
         if required:
@@ -868,10 +871,15 @@ def from_cli(*, engines: list[Any], device: str, gpu_uuid: str | None, run_id: s
     variant = variant or os.environ.get("KITCTL_IMAGE_VARIANT") or None
     own_client = client is None
     try:
-        images = compose_images(engines, variant)
+        pinned = images is not None
+        images = dict(images) if images is not None else compose_images(engines, variant)
         if client is None:
             client = docker_client()
         missing = [f"{img} (engine {eng})" for eng, img in images.items() if not image_exists(img, client)]
+        if missing and pinned:
+            raise RuntimeUnavailable(
+                f"--resume: the image the run started in is no longer present: {', '.join(missing)}; a resume "
+                "runs in that same image (by id): start a new run")
         if missing:
             first = next(iter(images))
             raise RuntimeUnavailable(
