@@ -6,6 +6,7 @@
 #      python3 + venv + the C/C++ compiler and Python headers that torch.compile/inductor needs);
 #   4. the wheels of the CPU lock in images/pytorch/wheels/ (git-ignored; the CPU build is offline).
 #   5. the wheels of the TensorFlow CPU lock in images/tensorflow/wheels/ (likewise).
+#   6. the wheels of the JAX CPU lock in images/jax/wheels/ (likewise).
 # Each step is skipped when already done. Env: KITCTL_CI_BASE (image tag), DOCKERD_LOG, DOCKERD_WAIT_S.
 set -euo pipefail
 
@@ -90,4 +91,6 @@ fi
 "$ROOT/images/pytorch/fetch-cpu-wheels.sh"
 # 5. the same for the tensorflow image (tensorflow-cpu and its deps) -------------------------
 "$ROOT/images/tensorflow/fetch-cpu-wheels.sh"
+# 6. the same for the jax image (jax/jaxlib CPU, flax, optax and their deps) ------------------
+"$ROOT/images/jax/fetch-cpu-wheels.sh"
 log "ready: $(docker version --format 'docker {{.Server.Version}}'), base $BASE_IMAGE"
