@@ -7,6 +7,7 @@
 #   4. the wheels of the CPU lock in images/pytorch/wheels/ (git-ignored; the CPU build is offline).
 #   5. the wheels of the TensorFlow CPU lock in images/tensorflow/wheels/ (likewise).
 #   6. Debian trixie's dockerd 26.1 in /opt/kitctl-cdi-dockerd for the CDI request tests (.ci/cdi-dockerd.sh).
+#   7. the wheels of the JAX CPU lock in images/jax/wheels/ (likewise).
 # Each step is skipped when already done. Env: KITCTL_CI_BASE (image tag), DOCKERD_LOG, DOCKERD_WAIT_S.
 set -euo pipefail
 
@@ -94,4 +95,6 @@ fi
 # 6. the engine of the private CDI test daemon (Debian trixie's dockerd 26.1; tests/test_gpu_request.py
 #    starts it with .ci/cdi-dockerd.sh and stops it after the session) ------------------------
 bash "$ROOT/.ci/cdi-dockerd.sh" fetch
+# 7. the same for the jax image (jax/jaxlib CPU, flax, optax and their deps) ------------------
+"$ROOT/images/jax/fetch-cpu-wheels.sh"
 log "ready: $(docker version --format 'docker {{.Server.Version}}'), base $BASE_IMAGE"

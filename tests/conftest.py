@@ -100,3 +100,9 @@ def image(client) -> str:
 def tf_image(client) -> str:
     """kitctl/tensorflow:ci: images/tensorflow/Dockerfile FROM the local base, tensorflow-cpu from its wheels."""
     return _build_ci_image(client, "tensorflow", "tensorflow_cpu-*.whl")
+
+
+@pytest.fixture(scope="session")
+def jax_image(client) -> str:
+    """kitctl/jax:ci: images/jax/Dockerfile FROM the local base, jax CPU from its wheels."""
+    return _build_ci_image(client, "jax", "jaxlib-*.whl")

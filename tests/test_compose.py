@@ -22,7 +22,14 @@ def test_the_repo_compose_names_every_implemented_engines_image():
         assert svc.name == ENGINES[name].service
         assert name in svc.engines
         assert svc.dockerfile_path == ROOT / f"images/{svc.name}/Dockerfile" and svc.dockerfile_path.is_file()
-    assert {c.service_for_engine(n).name for n in IMPLEMENTED} == {"pytorch", "tensorflow", "opennn"}
+    assert {c.service_for_engine(n).name for n in IMPLEMENTED} == {"pytorch", "tensorflow", "jax", "opennn"}
+    jx = c.service("jax")
+    assert jx.image.startswith("kitctl/jax:") and jx.image.endswith("-cuda13") and jx.engines == ("jax-xla",)
+    assert (ROOT / "images/jax" / jx.args["JAX_LOCK"]).is_file()
+    jx_ci = c.build_args("jax", variant="cpu-ci")
+    assert jx_ci["BASE_IMAGE"] == "kitctl-ci-base:bookworm" and jx_ci["PIP_NO_INDEX"] == "1"
+    assert (ROOT / "images/jax" / jx_ci["JAX_LOCK"]).is_file() and jx_ci["CUDA_VERSION"] == "none"
+    assert c.image("jax", "cpu-ci") == "kitctl/jax:ci"
     tf = c.service("tensorflow")
     assert tf.image.startswith("kitctl/tensorflow:") and tf.engines == ("tensorflow-xla",)
     assert (ROOT / "images/tensorflow" / tf.args["TF_LOCK"]).is_file()

@@ -41,6 +41,9 @@ ENGINES: dict[str, Engine] = {
                _BOTH, frozenset({"cuda"}), _TORCH_CAP),
         Engine("tensorflow-xla", "TensorFlow XLA", "TensorFlow", "tensorflow", "tensorflow", "xla",
                _BOTH, frozenset({"cuda", "cpu"}), "tf logical device memory_limit"),
+        Engine("jax-xla", "JAX XLA", "JAX", "jax", "jax", "xla",
+               _BOTH, frozenset({"cuda", "cpu"}),
+               "XLA_PYTHON_CLIENT_MEM_FRACTION = budget / device total (BFC allocator, preallocated)"),
         # OpenNN has no allocator cap: the host's VRAM gate is its only budget. Its trial is
         # built for CUDA (images/opennn/build.sh), so it runs on the GPU only.
         Engine("opennn-pool1", "OpenNN (batch pool 1)", "OpenNN", "opennn", "opennn", "pool1",
@@ -60,7 +63,7 @@ ENGINES: dict[str, Engine] = {
 
 # Engines whose trial exists in this tree; the others are named but refused in one line.
 IMPLEMENTED = frozenset({"pytorch-eager", "pytorch-compile", "pytorch-cudagraph", "tensorflow-xla",
-                         "opennn-pool1", "opennn-default", "opennn-graph", "opennn-resident"})
+                         "jax-xla", "opennn-pool1", "opennn-default", "opennn-graph", "opennn-resident"})
 
 
 # Smallest batch each model can train at: ResNet-50 on 32×32 inputs ends in 1×1 maps, where

@@ -16,7 +16,8 @@ from typing import Any
 from .sources import KITCTL, Source
 from .summary import engine_family, engine_label
 
-_FAMILY_COLORS = {"PyTorch": "#ee4c2c", "TensorFlow": "#ff8f00", "OpenNN": "#1f77b4"}
+_FAMILY_COLORS = {"PyTorch": "#ee4c2c", "TensorFlow": "#ff8f00", "OpenNN": "#1f77b4",
+                  "JAX": "#8e44ad"}
 _PASS, _MEM, _OTHER = "#2ca02c", "#d62728", "#ff7f0e"
 
 

@@ -1,0 +1,322 @@
+"""The JAX trial (engine jax-xla) on CPU with real jax/flax/optax (no mocks).
+
+XLA compiles the ResNet-50 training step for ~37 s of CPU on the 2-core development machine
+(more wall time when the machine is shared), so every test that trains runs one tiny candidate
+(batch 2, or one OOM candidate). XLA's defaults are kept: --xla_llvm_disable_expensive_passes,
+which halves TensorFlow's compile in its tests, saved nothing here (37.6 vs 38.6 s of CPU).
+The model checks (parameter parity with the PyTorch trial, layer shapes) only trace: no compile.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from kitctl.artifact import load
+from kitctl.protocol import TrialRequest
+from kitctl.runtimes.local import LocalRuntime
+
+ROOT = Path(__file__).resolve().parent.parent
+TRIAL = ROOT / "trials" / "jax" / "trial.py"
+RESNET50_CIFAR_PARAMS = 23_528_522
+BN_STATS = 53_120
+ENTRY = [sys.executable, "-c", "from kitctl.cli import main; main()"]
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+MIB = 2**20
+
+
+@pytest.fixture(scope="module", autouse=True)
+def jax_installed():
+    """Skip only where jax is absent; CI installs it (.ci/setup-python.sh), so it must run."""
+    missing = [m for m in ("jax", "flax", "optax") if importlib.util.find_spec(m) is None]
+    if missing:
+        if IN_CI:
+            pytest.fail(f"{', '.join(missing)} not installed (CI=true: .ci/setup-python.sh pins them)",
+                        pytrace=False)
+        pytest.skip(f"{', '.join(missing)} not installed (pip install jax==0.10.2 flax==0.12.8 optax==0.2.8)")
+
+
+def _load(name: str, path: Path):
+    """Import a trial module by path under a unique name (every trial has a `trial.py`)."""
+    for p in (ROOT / "trials" / "common", path.parent):
+        if str(p) not in sys.path:
+            sys.path.insert(0, str(p))
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # Flax modules are dataclasses: they look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_trial(*flags, timeout=900, env=None):
+    """Run the trial as the host does; return (exit code, parsed result, stderr)."""
+    e = {**os.environ, "CUDA_VISIBLE_DEVICES": "", **(env or {})}
+    if not (env and "KIT_TRIAL_FAULT" in env):
+        e.pop("KIT_TRIAL_FAULT", None)
+    base = ["--model", "resnet50", "--device", "cpu", "--seed", "0", "--mode", "xla"]
+    proc = subprocess.run([sys.executable, str(TRIAL), *base, *map(str, flags)],
+                          capture_output=True, text=True, timeout=timeout, env=e, cwd="/")
+    lines = proc.stdout.strip().splitlines()
+    assert lines, f"no stdout; stderr:\n{proc.stderr[-3000:]}"
+    assert len(lines) == 1 and lines[0].startswith("KIT-RESULT "), lines
+    return proc.returncode, json.loads(lines[0][len("KIT-RESULT "):]), proc.stderr
+
+
+def assert_ok(result: dict, precision: str) -> None:
+    assert result["status"] == "ok" and result["error"] is None, result["error"]
+    assert (result["engine"], result["mode"], result["precision"]) == ("jax-xla", "xla", precision)
+    assert math.isfinite(result["loss_warmup"]) and math.isfinite(result["loss_final"])
+    assert result["parameters"] == RESNET50_CIFAR_PARAMS
+    assert result["parameters_total"] == RESNET50_CIFAR_PARAMS + BN_STATS
+    assert result["framework_peak_mib"] is None  # cpu: no device allocator
+    assert result["step_seconds"] > 0 and result["warmup_seconds"] >= result["compile_seconds"] > 0
+    v = result["versions"]
+    assert v["framework"] == "jax" and v["jax"] == v["jaxlib"] and v["jax"].startswith("0.")
+    assert v["trial_protocol"] == 1 and v["flax"] and v["optax"]
+    assert v["cuda"] is None and v["cudnn"] is None  # the CPU jaxlib has no CUDA plugin
+    s = result["settings"]
+    assert s["xla"]["jit"].startswith("whole step") and s["backend"] == "cpu"
+    assert s["xla_env"] == {"JAX_PLATFORMS": "cpu"}
+    assert s["precision_policy"] == {"params": "float32", "logits": "float32",
+                                     "compute": "bfloat16" if precision == "bf16" else "float32"}
+    assert s["optimizer"]["name"] == "Adam" and s["optimizer"]["lr"] == 0.001
+    assert s["memory_budget_enforced"].startswith("no: on cpu")
+
+
+# ------------------------------------------------------------------- no training
+
+def _torch_name(path: tuple[str, ...]) -> str:
+    """Flax variable path -> the PyTorch trial's parameter/buffer name."""
+    *mods, leaf = path
+    mods = [m.replace("downsample_conv", "downsample.0").replace("downsample_bn", "downsample.1")
+            for m in mods]
+    mods = [m.replace("_", ".", 1) if m.startswith("layer") else m for m in mods]
+    leaf = {"kernel": "weight", "scale": "weight", "bias": "bias",
+            "mean": "running_mean", "var": "running_var"}[leaf]
+    return ".".join([*mods, leaf])
+
+
+def _torch_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Flax HWIO conv kernels and in×out dense kernels as PyTorch's OIHW and out×in."""
+    if len(shape) == 4:
+        h, w, i, o = shape
+        return (o, i, h, w)
+    if len(shape) == 2:
+        return (shape[1], shape[0])
+    return tuple(shape)
+
+
+def test_every_tensor_matches_the_pytorch_trial():
+    """Same network: the same 23,528,522 parameters and BN statistics, tensor for tensor
+    (by name and shape), and the same activation shape after every layer."""
+    torch = pytest.importorskip("torch")
+    import flax
+    import jax
+    import jax.numpy as jnp
+
+    torch_net = _load("kit_resnet50_torch", ROOT / "trials/pytorch/resnet50.py")
+    flax_net = _load("kit_resnet50_flax", ROOT / "trials/jax/resnet50_flax.py")
+    tm = torch_net.resnet50(num_classes=10)
+    fm = flax_net.resnet50(num_classes=10)
+    x = jnp.zeros((2, 32, 32, 3), jnp.float32)
+    shapes = jax.eval_shape(lambda k: fm.init(k, x, train=False), jax.random.PRNGKey(0))
+
+    counts = flax_net.count_parameters(shapes)
+    assert counts["trainable"] == torch_net.count_parameters(tm) == RESNET50_CIFAR_PARAMS
+    assert counts["non_trainable"] == BN_STATS
+
+    flat = flax.traverse_util.flatten_dict(shapes)
+    ours = {_torch_name(path[1:]): _torch_shape(leaf.shape) for path, leaf in flat.items()}
+    theirs = {n: tuple(p.shape) for n, p in tm.named_parameters()}
+    theirs.update({n: tuple(b.shape) for n, b in tm.named_buffers()
+                   if n.endswith(("running_mean", "running_var"))})
+    assert ours == theirs
+
+    # Activation shapes, NHWC against NCHW: stem, every bottleneck, logits.
+    _, inter = jax.eval_shape(lambda v: fm.apply(v, x, train=False, capture_intermediates=True),
+                              shapes)
+    got = {k: v["__call__"][0].shape for k, v in inter["intermediates"].items() if k != "__call__"}
+    want = {}
+    hooks = [m.register_forward_hook(lambda mod, _i, out, name=name: want.__setitem__(name, out.shape))
+             for name, m in tm.named_modules() if name.count(".") == 1 or name in ("conv1", "fc")]
+    with torch.no_grad():
+        tm.train()(torch.zeros(2, 3, 32, 32))
+    for h in hooks:
+        h.remove()
+    for name, shape in want.items():
+        key = name.replace(".", "_")
+        nhwc = (shape[0], shape[2], shape[3], shape[1]) if len(shape) == 4 else tuple(shape)
+        assert tuple(got[key]) == nhwc, name
+    assert tuple(got["layer1_0"]) == (2, 8, 8, 256) and tuple(got["layer4_2"]) == (2, 1, 1, 2048)
+
+
+def test_host_initialisation_matches_the_modules_distributions():
+    import flax
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    flax_net = _load("kit_resnet50_flax", ROOT / "trials/jax/resnet50_flax.py")
+    fm = flax_net.resnet50(num_classes=10)
+    v = flax_net.init_variables(fm, seed=0)
+    shapes = jax.eval_shape(lambda k: fm.init(k, jnp.zeros((2, 32, 32, 3)), train=False),
+                            jax.random.PRNGKey(0))
+    flat, ref = flax.traverse_util.flatten_dict(v), flax.traverse_util.flatten_dict(shapes)
+    assert flat.keys() == ref.keys()
+    assert all(flat[k].shape == ref[k].shape and flat[k].dtype == np.float32 for k in flat)
+    k = v["params"]["layer3_0"]["conv2"]["kernel"]  # 3×3, 256 -> 256: Kaiming fan-out
+    assert k.std() == pytest.approx(math.sqrt(2 / (3 * 3 * 256)), rel=0.02)
+    assert abs(v["params"]["fc"]["kernel"]).max() <= 1 / math.sqrt(2048)
+    assert (v["params"]["bn1"]["scale"] == 1).all() and (v["batch_stats"]["bn1"]["var"] == 1).all()
+    again = flax_net.init_variables(fm, seed=0)["params"]["conv1"]["kernel"]
+    assert (again == v["params"]["conv1"]["kernel"]).all()  # deterministic by seed
+
+
+def _args(**kw):
+    base = dict(device="cuda", memory_budget_mib=None)
+    return SimpleNamespace(**{**base, **kw})
+
+
+XLA_VARS = ("JAX_PLATFORMS", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION",
+            "XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_ALLOCATOR")
+
+
+def test_budget_becomes_xla_memory_settings(monkeypatch):
+    """The environment XLA's client reads at start-up, per device and budget (set in this
+    process, restored by monkeypatch); the device total is passed in, as libcuda would give it."""
+    trial = _load("kit_jax_trial", TRIAL)
+    for name in XLA_VARS:
+        monkeypatch.delenv(name, raising=False)
+    total = 16 * 1024 * MIB
+
+    s = {}
+    trial.configure_xla_env(_args(device="cpu", memory_budget_mib=1000), s, lambda: total)
+    assert os.environ["JAX_PLATFORMS"] == "cpu" and "XLA_PYTHON_CLIENT_MEM_FRACTION" not in os.environ
+    assert s["memory_budget_enforced"].startswith("no: on cpu")
+
+    monkeypatch.setenv("XLA_CLIENT_MEM_FRACTION", "0.9")  # both spellings would stop the plugin
+    s = {}
+    trial.configure_xla_env(_args(memory_budget_mib=4096), s, lambda: total)
+    assert os.environ["JAX_PLATFORMS"] == "cuda"
+    assert os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.250000"
+    assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "true"
+    assert os.environ["XLA_PYTHON_CLIENT_ALLOCATOR"] == "bfc"
+    assert "XLA_CLIENT_MEM_FRACTION" not in os.environ
+    assert s["memory_fraction"] == 0.25 and s["device_total_mib"] == 16384
+    assert s["xla_env"]["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.250000"
+    assert s["memory_budget_enforced"].startswith("yes: XLA_PYTHON_CLIENT_MEM_FRACTION")
+
+    s = {}
+    trial.configure_xla_env(_args(memory_budget_mib=99_999), s, lambda: total)
+    assert s["memory_fraction"] == 1.0  # never above the card (XLA reads > 1 as oversubscription)
+
+    s = {}
+    trial.configure_xla_env(_args(), s, lambda: pytest.fail("no budget: the total is not needed"))
+    assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    assert "XLA_PYTHON_CLIENT_MEM_FRACTION" not in os.environ
+    assert s["memory_budget_enforced"] == "no budget given (preallocation off)"
+
+
+@pytest.mark.skipif(ctypes.util.find_library("cuda") is not None, reason="a CUDA driver is installed")
+def test_a_budget_on_cuda_without_a_driver_is_one_clear_error():
+    rc, r, err = run_trial("--benchmark", "maxbatch", "--batch", 2, "--device", "cuda",
+                           "--memory-budget-mib", 1000)
+    assert (r["status"], rc) == ("error", 1)
+    assert "libcuda.so.1" in r["error"] and "\n" not in r["error"]
+
+
+def test_oom_classification_on_real_jax_errors():
+    from jax.errors import JaxRuntimeError
+
+    trial = _load("kit_jax_trial", TRIAL)
+    for exc in (JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 5555373288 bytes."),
+                JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 3.92GiB."),
+                JaxRuntimeError("INTERNAL: Failed to allocate: CUDA_ERROR_OUT_OF_MEMORY: out of memory"),
+                MemoryError()):
+        assert trial.classify(exc) == "oom", exc
+    try:  # wrapped: the OOM is the cause of what reaches the trial
+        try:
+            raise JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 1 bytes.")
+        except JaxRuntimeError as inner:
+            raise RuntimeError("train step failed") from inner
+    except RuntimeError as outer:
+        assert trial.classify(outer) == "oom"
+    for exc in (JaxRuntimeError("INVALID_ARGUMENT: Incompatible shapes for broadcasting"),
+                JaxRuntimeError("INTERNAL: ptxas exited with non-zero error code 65280"),
+                ValueError("bad input")):
+        assert trial.classify(exc) == "error", exc
+
+
+def test_bad_flags_still_give_a_result_line():
+    rc, r, _ = run_trial("--benchmark", "maxbatch", "--batch", 0)
+    assert (r["status"], rc) == ("error", 1) and "--batch" in r["error"]
+
+
+# ---------------------------------------------------------------------- training
+
+def test_local_search_through_the_cli_ends_in_an_artifact(tmp_path):
+    """fp32 and bf16, one candidate each (batch 2), through `kitctl run maxbatch --runtime local`."""
+    p = subprocess.run([*ENTRY, "run", "maxbatch", "--runtime", "local", "--device", "cpu",
+                        "--engines", "jax-xla", "--precision", "both",
+                        "--start-batch", "2", "--max-batch", "2", "--results-dir", str(tmp_path)],
+                       capture_output=True, text=True, timeout=1800)
+    assert p.returncode == 0, p.stderr + p.stdout
+    (final,) = [f for f in tmp_path.glob("*.json") if not f.name.endswith(".partial.json")]
+    doc = load(final)
+    assert doc["state"] == "complete" and doc["runtime"]["name"] == "local"
+    ent = doc["engines"]["jax-xla"]
+    assert ent["label"] == "JAX XLA" and ent["mode"] == "xla"
+    assert ent["provenance"]["trial"].endswith("trials/jax/trial.py")
+    assert ent["versions"]["jax"].startswith("0.")
+    assert [(c["engine"], c["precision"]) for c in doc["results"]] == [
+        ("jax-xla", "fp32"), ("jax-xla", "bf16")]
+    for cell in doc["results"]:
+        assert cell["search_status"] == "censored_at_max_batch"
+        assert (cell["max_batch"], cell["next_batch"]) == (2, None)
+        (t,) = cell["trials"]
+        assert t["status"] == "ok" and t["exit_code"] == 0
+        assert_ok(t["result"], cell["precision"])
+    assert "JAX" in p.stdout and "censored" in p.stdout  # the table (labels may wrap)
+
+
+def test_throughput_window():
+    rc, r, err = run_trial("--benchmark", "throughput", "--batch", 2, "--warmup-steps", 1, "--steps", 2)
+    assert rc == 0, err[-3000:]
+    assert_ok(r, "fp32")
+    assert r["settings"]["warmup_steps"] == 1 and r["settings"]["steps"] == 2
+    assert r["images"] == 4 and r["window_seconds"] > 0
+    assert r["step_seconds"] == pytest.approx(r["window_seconds"] / 2)
+    assert r["images_per_second"] == pytest.approx(4 / r["window_seconds"])
+    # Compilation is outside the window: the compiled step is timed apart, inside the warm-up.
+    assert r["compile_seconds"] > r["window_seconds"] / 2
+
+
+def test_a_nonfinite_loss_is_reported_as_nonfinite():
+    rc, r, err = run_trial("--benchmark", "maxbatch", "--batch", 2, env={"KIT_TRIAL_FAULT": "nan"})
+    assert (r["status"], rc) == ("nonfinite", 1), err[-3000:]
+    assert r["loss_warmup"] is None and r["loss_final"] is None  # NaN has no JSON form
+    assert "non-finite loss" in r["error"] and "nan" in r["error"]
+
+
+def test_a_memory_limit_that_cannot_hold_the_batch_is_oom():
+    """Through the local runtime's host memory limit (RLIMIT_DATA): the step compiles (~1.1 GiB
+    peak RSS), then XLA's ~5.2 GiB of buffers for batch 2000 cannot be allocated ->
+    JaxRuntimeError RESOURCE_EXHAUSTED, reported by the trial (exit 1), not a crash."""
+    runtime = LocalRuntime(memory_limit_mib=3000)
+    out = runtime.run(TrialRequest(engine="jax-xla", mode="xla", benchmark="maxbatch",
+                                   batch=2000, precision="fp32", device="cpu"), timeout_s=1200)
+    assert out.status.value == "oom", (out.error, out.stderr_tail[-2000:])
+    assert out.exit_code == 1 and out.signal is None  # reported, not a crash
+    assert out.result["engine"] == "jax-xla" and out.result["loss_warmup"] is None
+    assert "RESOURCE_EXHAUSTED" in out.error and "memory" in out.error.lower()
