@@ -300,6 +300,7 @@ def test_cudagraph_capture_structure(precision):
 
 
 @needs_cuda
+@pytest.mark.slow
 def test_compile_graphs_on_cuda_records_graphs_and_no_skips():
     args, result, runner = _build_on_cuda("compile-graphs", batch=4)
     assert result["settings"]["cudnn_benchmark"] is True  # throughput on cuda: autotuned
