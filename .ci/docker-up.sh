@@ -6,6 +6,7 @@
 #      python3 + venv + the C/C++ compiler and Python headers that torch.compile/inductor needs);
 #   4. the wheels of the CPU lock in images/pytorch/wheels/ (git-ignored; the CPU build is offline).
 #   5. the wheels of the TensorFlow CPU lock in images/tensorflow/wheels/ (likewise).
+#   6. Debian trixie's dockerd 26.1 in /opt/kitctl-cdi-dockerd for the CDI request tests (.ci/cdi-dockerd.sh).
 # Each step is skipped when already done. Env: KITCTL_CI_BASE (image tag), DOCKERD_LOG, DOCKERD_WAIT_S.
 set -euo pipefail
 
@@ -90,4 +91,7 @@ fi
 "$ROOT/images/pytorch/fetch-cpu-wheels.sh"
 # 5. the same for the tensorflow image (tensorflow-cpu and its deps) -------------------------
 "$ROOT/images/tensorflow/fetch-cpu-wheels.sh"
+# 6. the engine of the private CDI test daemon (Debian trixie's dockerd 26.1; tests/test_gpu_request.py
+#    starts it with .ci/cdi-dockerd.sh and stops it after the session) ------------------------
+bash "$ROOT/.ci/cdi-dockerd.sh" fetch
 log "ready: $(docker version --format 'docker {{.Server.Version}}'), base $BASE_IMAGE"

@@ -311,11 +311,11 @@ class Candidate:
         self.killed.set()
 
 
-def sampler_for(used, budget=None, **dev_kw):
+def sampler_for(used, budget=None, release_wait_s=0.2, **dev_kw):
     dev = FakeDevice(UUIDS[0], used_mib=used, **dev_kw)
     lib = FakeNvmlLib([dev])
     nv = Nvml(lib=lib)
-    return NvmlSampler(nv, nv.handle(0), budget), dev
+    return NvmlSampler(nv, nv.handle(0), budget, release_wait_s=release_wait_s), dev
 
 
 def wait_for(cond, timeout=5.0):
@@ -370,6 +370,46 @@ def test_gate_kills_exactly_once_when_the_delta_goes_over_budget():
     assert s.tripped_at_mib is not None and budget < s.tripped_at_mib <= budget + step + 1e-6
     assert peaks.baseline_mib == pytest.approx(800.0)
     assert peaks.device_delta_mib == pytest.approx(budget + 2000.0, abs=0.1)
+
+
+def test_release_after_a_gate_kill_is_timed_until_the_card_is_back_at_the_baseline():
+    # 800 idle, the candidate climbs over the budget, is killed, and its memory comes back
+    # 0.3 s after the kill (the card freeing a dead process's allocations).
+    state = {"killed_at": None}
+    budget = 1000.0
+
+    def used(n: int) -> float:
+        if n < BASELINE_READS:
+            return 800.0
+        if state["killed_at"] is not None and time.monotonic() - state["killed_at"] > 0.3:
+            return 810.0  # back within the slack
+        return 800.0 + 2000.0
+
+    s, _ = sampler_for(used, budget, release_wait_s=5.0)
+    c = Candidate()
+    s.prepare()
+    s.start(c)
+    assert c.killed.wait(5.0)
+    state["killed_at"] = time.monotonic()
+    peaks = s.stop()
+    assert peaks.release_s is not None and 0.25 <= peaks.release_s < 3.0
+
+
+def test_release_is_none_when_the_memory_does_not_come_back_and_no_kill_means_no_wait():
+    s, _ = sampler_for([800.0] * 5 + [2800.0], 1000.0, release_wait_s=0.2)
+    c = Candidate()
+    s.prepare()
+    s.start(c)
+    assert c.killed.wait(5.0)
+    t0 = time.monotonic()
+    assert s.stop().release_s is None
+    assert time.monotonic() - t0 >= 0.2  # it did wait, for release_wait_s
+    s2, _ = sampler_for([800.0] * 5 + [1500.0], 1000.0, release_wait_s=5.0)
+    s2.prepare()
+    s2.start(Candidate())
+    wait_for(lambda: s2.samples > 20)
+    t0 = time.monotonic()
+    assert s2.stop().release_s is None and time.monotonic() - t0 < 1.0
 
 
 def test_delta_exactly_at_budget_passes():

@@ -85,6 +85,11 @@ def test_opennn_is_refused_on_cpu(work):
            match="opennn-pool1 cannot run on --device cpu")
 
 
+def test_opennn_throughput_path_is_refused_for_maxbatch(work):
+    refuse(work, "run", "maxbatch", "--engines", "pytorch-eager,opennn-graph",
+           match="engine opennn-graph does not run the maxbatch benchmark")
+
+
 def test_engine_that_cannot_run_on_cpu(work):
     refuse(work, "run", "maxbatch", "--engines", "pytorch-cudagraph", "--device", "cpu",
            match="cannot run on --device cpu")

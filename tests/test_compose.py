@@ -125,3 +125,21 @@ def test_a_variant_some_services_lack_leaves_them_on_their_default_image():
     assert imgs == {"pytorch-eager": c.image("pytorch", "cpu-ci"), "opennn-pool1": c.image("opennn")}
     with pytest.raises(RuntimeUnavailable, match="no build variant 'nightly'"):
         compose_images(["pytorch-eager"], variant="nightly", compose_path=ROOT / "compose.yaml")
+
+
+def test_a_non_utf8_file_is_one_line(tmp_path):
+    """issue 14: `images list/build` gave a UnicodeDecodeError traceback."""
+    import os
+    import sys
+
+    f = tmp_path / "compose.yaml"
+    f.write_bytes(b"services:\n  pytorch:\n    image: caf\xe9/x\n    build: .\n")
+    with pytest.raises(ComposeError, match=r"not UTF-8 text \(byte 0xe9 at offset 35\)"):
+        load_compose(f, env={})
+    (tmp_path / "trials").mkdir()
+    env = dict(os.environ, KITCTL_HOME=str(tmp_path))
+    for args in (["images", "list"], ["images", "build", "pytorch"]):
+        p = subprocess.run([sys.executable, "-c", "from kitctl.cli import main; main()", *args], env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+        assert p.stderr.strip().splitlines() == [f"kitctl: {f}: not UTF-8 text (byte 0xe9 at offset 35)"]

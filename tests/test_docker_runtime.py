@@ -30,7 +30,7 @@ from kitctl.outcome import KilledBy, MemoryPeaks, Status  # noqa: E402
 from kitctl.protocol import TrialRequest  # noqa: E402
 from kitctl.runtimes.base import RuntimeUnavailable  # noqa: E402
 from kitctl.runtimes.docker import (  # noqa: E402
-    LABEL_HOST, LABEL_OWNER_PID, LABEL_RUN_ID, NO_NVIDIA_RUNTIME, DockerRuntime, ImageBuildError,
+    LABEL_HOST, LABEL_OWNER_PID, LABEL_RUN_ID, DockerRuntime, ImageBuildError,
     build_image, daemon_available, from_cli, image_exists, image_provenance, remove_run_containers,
     sweep_orphans,
 )
@@ -190,15 +190,22 @@ def test_gpu_request_without_nvidia_runtime_is_one_clear_line(client, image, run
     with pytest.raises(RuntimeUnavailable) as err:
         rt.run(_request(batch=2, device="cuda"), timeout_s=60)
     print(f"\n[docker tests] GPU request refused in {time.monotonic() - t0:.2f} s")
-    assert str(err.value) == NO_NVIDIA_RUNTIME
-    assert "\n" not in str(err.value) and "NVIDIA Container Toolkit" in str(err.value)
+    msg = str(err.value)
+    # --gpu-request auto (the default) tried both kinds: the daemon's own words, then both fixes.
+    assert "\n" not in msg and 'could not select device driver "" with capabilities: [[gpu]]' in msg
+    assert "NVIDIA Container Toolkit" in msg and "nvidia-ctk cdi generate" in msg
     assert _run_containers(client, run_id) == []  # the created container is removed too
+    assert _run_containers(client, "gpu-probe") == []
 
 
 def test_the_gpu_is_requested_by_uuid(client, image, run_id):
-    rt = DockerRuntime(image, run_id=run_id, device="cuda", client=client, gpu_uuid="GPU-abc")
+    rt = DockerRuntime(image, run_id=run_id, device="cuda", client=client, gpu_uuid="GPU-abc",
+                       gpu_request="toolkit")
     (req,) = rt.create_kwargs(_request(device="cuda"))["device_requests"]
     assert req["DeviceIDs"] == ["GPU-abc"] and req["Capabilities"] == [["gpu"]]
+    rt = DockerRuntime(image, run_id=run_id, device="cuda", client=client, gpu_uuid="GPU-abc", gpu_request="cdi")
+    (req,) = rt.create_kwargs(_request(device="cuda"))["device_requests"]
+    assert req["Driver"] == "cdi" and req["DeviceIDs"] == ["nvidia.com/gpu=GPU-abc"]
 
 
 def _dead_pid() -> int:
@@ -315,7 +322,7 @@ def test_from_cli_picks_docker_or_says_why_not(client, image, run_id, monkeypatc
         with pytest.raises(RuntimeUnavailable) as err:
             from_cli(engines=eng, device="cuda", gpu_uuid="GPU-x", run_id=run_id, required=True,
                      client=client, variant=VARIANT)
-        assert str(err.value) == NO_NVIDIA_RUNTIME
+        assert "NVIDIA Container Toolkit" in str(err.value) and "nvidia-ctk cdi generate" in str(err.value)
         assert from_cli(engines=eng, device="cuda", gpu_uuid="GPU-x", run_id=run_id, required=False,
                         client=client, variant=VARIANT) is None
         assert _run_containers(client, "gpu-probe") == []  # the probe cleans up after itself

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from kitctl.artifact import load
+from kitctl.provenance import trial_code
 
 pytestmark = pytest.mark.docker
 
@@ -38,6 +39,7 @@ def test_docker_search_bounded_by_host_oom_kill(client, image, tmp_path):
     assert doc["runtime"]["name"] == "docker" and doc["host"]["docker_version"]
     prov = doc["engines"]["pytorch-eager"]["provenance"]
     assert prov["image"] == image and prov["id"].startswith("sha256:")
+    assert prov["code"] == trial_code("pytorch-eager").to_json()  # read from the image, built from here
     cell = doc["results"][0]
     assert cell["search_status"] == "bounded_by_memory_failure"
     assert cell["next_batch"] == cell["max_batch"] + 1

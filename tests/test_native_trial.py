@@ -107,3 +107,28 @@ def test_doctor_says_whether_the_local_trial_is_built(prefix):
     local_trial_checks(rep)
     check = rep.get("local-trial:opennn")
     assert check.level == "ok" and "commit 5ffbaa62a47d" in check.detail and "archs 90" in check.detail
+
+
+# -- OpenNN's throughput path: opennn-graph (CUDA graphs) and opennn-resident (the control) ---
+
+@pytest.mark.parametrize("name, mode", [("opennn-graph", "graph"), ("opennn-resident", "resident")])
+def test_throughput_path_engines_are_modes_of_the_same_program(prefix, name, mode):
+    from kitctl.compose import load_compose
+    from kitctl.engines import IMPLEMENTED, parse_engines
+
+    e = ENGINES[name]
+    assert name in IMPLEMENTED and parse_engines(name) == [e]
+    assert (e.trial, e.service, e.mode, e.native, e.family) == ("opennn", "opennn", mode, True, "OpenNN")
+    assert load_compose().service_for_engine(name).name == "opennn"
+    # One line each before anything starts: no max-batch (a dataset of many batches), no CPU.
+    assert e.refuse("throughput", "cuda") is None
+    assert e.refuse("maxbatch", "cuda") == f"engine {name} does not run the maxbatch benchmark"
+    assert e.refuse("throughput", "cpu") == f"engine {name} cannot run on --device cpu"
+    exe = install_stand_in(prefix)
+    LocalRuntime.check([e])
+    req = TrialRequest(engine=name, mode=mode, benchmark="throughput", batch=128, precision="bf16",
+                       device="cuda", warmup_steps=10, steps=780)
+    cmd = LocalRuntime().command(req)
+    assert cmd[0] == str(exe)
+    assert cmd[cmd.index("--mode") + 1] == mode and cmd[cmd.index("--steps") + 1] == "780"
+

@@ -292,10 +292,10 @@ def test_the_runtime_stage_holds_the_prefix_runs_non_root_and_is_labelled(df, lo
 
 # ---- compose.yaml ---------------------------------------------------------------------------------
 
-def test_compose_names_the_image_and_both_engines(lock):
+def test_compose_names_the_image_and_its_engines(lock):
     c = load_compose(ROOT / "compose.yaml", env={})
     svc = c.service("opennn")
-    assert svc.engines == ("opennn-pool1", "opennn-default")
+    assert svc.engines == ("opennn-pool1", "opennn-default", "opennn-graph", "opennn-resident")
     for e in svc.engines:
         assert ENGINES[e].service == "opennn" and c.service_for_engine(e).name == "opennn"
     assert svc.dockerfile_path == DOCKERFILE and svc.context == ROOT

@@ -31,6 +31,9 @@ PARTIAL = DATA / "maxbatch-resnet50-synthetic-20261129T200957Z.interrupted.json"
 SAMPLE = DATA / "maxbatch-sample.json"  # hand-written, several engines
 TPUT = DATA / "throughput-sample.json"  # hand-written throughput cells
 REF = DATA / "reference-maxbatch.json"  # the reference runner's format, hand-written
+# The reference runner's V1 shape (flat results, `exit_<code>` its only failure word, no search_status,
+# flat metrics), constructed with its search and the reference report's RTX 4080 figures.
+REF_V1 = DATA / "reference-v1-rtx4080.json"
 
 
 def kitctl(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -63,6 +66,7 @@ def check_golden(name: str, text: str) -> None:
     ("maxbatch-sample", [SAMPLE]),
     ("throughput-sample", [TPUT]),
     ("reference-maxbatch", [REF]),
+    ("reference-v1-rtx4080", [REF_V1]),
 ])
 def test_golden_markdown(name, files):
     text = render([load_source(f) for f in files])
@@ -220,9 +224,70 @@ def test_reference_is_normalised():
     e = rows["pytorch-eager"]
     assert (e.max_batch, e.next_batch, e.next_status, e.peak_mib, e.search_status) == (
         1800, 1801, "oom", 15800.0, "bounded_by_memory_failure")
-    assert rows["tensorflow-xla"].search_status == "invalid_non_memory_failure"  # exit_1 at max + 1
-    assert rows["tensorflow-xla"].result == "invalid: exit_1 at 3,001"
+    tf = rows["tensorflow-xla"]  # exit_1 at max + 1: the reference's claim, not a capacity
+    assert (tf.search_status, tf.max_batch, tf.reference_claim, tf.has_capacity, tf.has_figure) == (
+        "unclassified_next_failure", 3000, True, False, True)
+    assert tf.result == "next failure unclassified (exit_1 at 3,001)" and tf.figure_text == "3,000 (reference claim)"
+    assert not e.reference_claim and e.figure_text == "1,800"
     assert len(src.points[("pytorch-eager", "fp32")]) == 12
+
+
+def test_reference_v1_keeps_its_headline_figures():
+    """issue 14: V1's `exit_1` at max + 1 made every engine "none"; its figures are its claim."""
+    src = load_source(REF_V1)
+    rows = {r.engine: r for r in src.rows}
+    assert {e: r.max_batch for e, r in rows.items()} == {
+        "opennn-pool1": 4752, "pytorch-compile": 9216, "pytorch-eager": 8704, "tensorflow-xla": 11760}
+    assert all(r.reference_claim and r.search_status == "unclassified_next_failure" for r in src.rows)
+    md = render([src])
+    assert "| OpenNN (batch pool 1) | fp32 | 4,752 (reference claim) | 15,962 MiB | 4,753 (exit_1) | " \
+           "next failure unclassified (exit_1 at 4,753) |" in md
+    assert "none" not in md.split("## Headline ratios")[0] and "invalid" not in md
+    # every figure its metrics state, as written
+    for metric, value in (("max_train_batch.opennn_batch_pool_1", "4,752"), ("max_train_batch.pytorch_best", "9,216"),
+                          ("max_train_batch.tensorflow_xla", "11,760"), ("ratio.opennn_vs_pytorch_best", "0.516"),
+                          ("ratio.opennn_vs_tensorflow_xla", "0.404")):
+        assert f"| fp32 | `{metric}` | {value} |" in md
+    assert "| fp32 | PyTorch best vs OpenNN (batch pool 1) | 1.94× larger batch (reference claim) |" in md
+    claim = next(c for c in caveats(src) if c.startswith("**Reference's own claim**"))
+    assert "OpenNN (batch pool 1) fp32 4,752 (next: exit_1 at 4,753)" in claim and "does not classify" in claim
+    assert "| Memory | 16,376 MiB total |" in md and "cap = card total 16,376 − reserve 256 = 16,120 MiB" in md
+    from kitctl.results_list import headline
+
+    assert "opennn-pool1 fp32: 4,752 (reference claim)" in headline(src)  # `results list` too
+
+
+def test_kitctl_keeps_its_stricter_rule():
+    """The same next failure in a kitctl artifact (a crash, not a memory failure) is no capacity."""
+    src = load_source(SAMPLE)
+    bad = next(r for r in src.rows if r.search_status == "invalid_non_memory_failure")
+    assert (bad.engine, bad.precision) == ("pytorch-eager", "bf16")
+    assert bad.max_batch and not bad.reference_claim and not bad.has_figure
+    assert "| PyTorch eager | bf16 | none | — |" in render([src])
+
+
+def test_reference_newer_layout_invalid_is_its_own_word(tmp_path):
+    """A newer reference file that says `invalid_non_memory_failure` itself: its max batch is shown as its
+    claim, and the caveat quotes its own status; its per-precision metrics are listed."""
+    doc = json.loads(REF_V1.read_text())
+    nested = copy.deepcopy(doc)
+    nested["results"] = {"fp32": doc["results"], "bf16": copy.deepcopy(doc["results"])}
+    for p in ("fp32", "bf16"):
+        for e in nested["results"][p].values():
+            e["search_status"] = "invalid_non_memory_failure"
+    nested["results"]["bf16"]["pytorch_eager"]["next_batch_trial"]["reason"] = "oom"
+    nested["results"]["bf16"]["pytorch_eager"]["search_status"] = "bounded_by_memory_failure"
+    nested["metrics"] = {"max_train_batch": {"fp32": doc["metrics"]["max_train_batch"], "bf16": {"pytorch_best": "n/a"}},
+                         "ratio": {"fp32": doc["metrics"]["ratio"]}}
+    f = tmp_path / "nested.json"
+    f.write_text(json.dumps(nested))
+    src = load_source(f)
+    rows = {(r.engine, r.precision): r for r in src.rows}
+    assert rows[("opennn-pool1", "bf16")].figure_text == "4,752 (reference claim)"
+    assert rows[("pytorch-eager", "bf16")].has_capacity and not rows[("pytorch-eager", "bf16")].reference_claim
+    md = render([src])
+    assert "itself marks such a search `invalid_non_memory_failure`" in md
+    assert "| fp32 | `ratio.opennn_vs_pytorch_best` | 0.516 |" in md and "n/a" not in md
 
 
 def test_reference_nested_layout_and_statuses(tmp_path):
@@ -295,23 +360,118 @@ def test_compare_exit_codes(tmp_path):
 
 
 def test_compare_reads_reference_and_writes_markdown(tmp_path):
+    # another GPU model: not comparable (exit 3) unless --force
     p = kitctl("compare", str(REF), str(SAMPLE), "--out", str(tmp_path / "c.md"))
-    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert "Not comparable (exit 3): GPU model (SAMPLE GPU 16 GiB vs NVIDIA H200)." in p.stdout
+    assert "regression" not in p.stdout.replace("is a regression", "")
+    p = kitctl("compare", str(REF), str(SAMPLE), "--out", str(tmp_path / "c.md"), "--force")
+    assert p.returncode == 1, p.stdout + p.stderr  # forced: the reference's TF claim 3,000 → 2,730
     md = (tmp_path / "c.md").read_text(encoding="utf-8")
     assert "| PyTorch eager | fp32 | 1,800 | 1,860 | +3.3% | changed | below the 5% threshold |" in md
     assert "| OpenNN (batch pool 1) | fp32 | 1,000 | not run | — | only in OLD | not measured in NEW |" in md
-    assert "GPU (SAMPLE GPU 16 GiB vs NVIDIA H200)" in md
+    assert "Compared with --force although the results measure different things: GPU model" in md
+    assert ("| TensorFlow XLA | fp32 | 3,000 (reference claim) | 2,730 | −9.0% | **regression** | "
+            "OLD: the reference runner's claim (next failure unclassified) |") in md
+    assert "OLD `reference-maxbatch.json` (reference runner) states: max_train_batch.opennn_batch_pool_1 1,000" in md
+
+
+def test_compare_shows_every_figure_of_a_v1_reference(tmp_path):
+    """The V1 reference against itself on its own card: its claims compare, its metrics are listed."""
+    again = tmp_path / "again.json"
+    shutil.copy(REF_V1, again)
+    p = kitctl("compare", str(REF_V1), str(again), "--out", str(tmp_path / "c.md"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    md = (tmp_path / "c.md").read_text(encoding="utf-8")
+    for engine, mb in (("OpenNN (batch pool 1)", "4,752"), ("PyTorch torch.compile", "9,216"),
+                       ("PyTorch eager", "8,704"), ("TensorFlow XLA", "11,760")):
+        assert f"| {engine} | fp32 | {mb} (reference claim) | {mb} (reference claim) | 0% | same |" in md
+    for stated in ("max_train_batch.opennn_batch_pool_1 4,752", "max_train_batch.pytorch_best 9,216",
+                   "max_train_batch.tensorflow_xla 11,760", "ratio.opennn_vs_pytorch_best 0.516",
+                   "ratio.opennn_vs_tensorflow_xla 0.404"):
+        assert stated in md and stated in p.stdout.replace("\n", " ")
 
 
 def test_compare_maxbatch_rules():
     ref, sample = load_source(REF), load_source(SAMPLE)
-    c = {(x.engine, x.precision): x for x in compare(ref, sample, 5.0).changes}
+    assert compare(ref, sample, 5.0).not_comparable  # another GPU model
+    c = {(x.engine, x.precision): x for x in compare(ref, sample, 5.0, force=True).changes}
     assert c[("pytorch-compile", "fp32")].flag == "improvement"  # ≥ 4,096 vs 2,000: certain
-    assert c[("tensorflow-xla", "fp32")].flag == "improvement"  # none → 2,730
-    back = {(x.engine, x.precision): x for x in compare(sample, ref, 5.0).changes}
-    assert back[("tensorflow-xla", "fp32")].regression  # capacity lost
+    assert c[("tensorflow-xla", "fp32")].regression  # the reference's claim 3,000 → 2,730 (−9%)
+    back = {(x.engine, x.precision): x for x in compare(sample, ref, 5.0, force=True).changes}
+    assert back[("tensorflow-xla", "fp32")].flag == "improvement"  # 2,730 → 3,000 (claim)
     assert back[("pytorch-compile", "fp32")].flag == "regression"  # 2,000 < ≥ 4,096: certain
     assert compare(load_source(EAGER), load_source(PARTIAL), 5.0).regressions == []  # not run ≠ regression
+
+
+def _edited(path: Path, tmp: Path, name: str, edit) -> Path:
+    doc = json.loads(path.read_text())
+    edit(doc)
+    out = tmp / name
+    out.write_text(json.dumps(doc))
+    return out
+
+
+def _whole_card(d):
+    d["budget"].update(limit_mib=143771, budget_mib=143515, emulated_smaller_card=False, limit_source="card total (NVML)")
+    d["configuration"]["vram_limit_mib"] = None
+    for c in d["results"]:
+        c["max_batch"], c["next_batch"] = 2000, 2001  # far below the 16 GiB run's 8,832: a "−77%"
+
+
+@pytest.mark.parametrize("edit, why", [
+    (_whole_card, "VRAM limit L (16,376 MiB vs 143,771 MiB)"),
+    (lambda d: d["budget"].update(reserve_mib=4096, budget_mib=12280) or d["results"][0].update(max_batch=6000),
+     "VRAM budget B = L − R (16,120 MiB vs 12,280 MiB)"),
+    (lambda d: d["host"]["gpu"].update(name="NVIDIA A100-SXM4-80GB") or d["results"][0].update(max_batch=6000),
+     "GPU model (NVIDIA H200 vs NVIDIA A100-SXM4-80GB)"),
+    (lambda d: d["configuration"].update(device="cpu") or d["results"][0].update(max_batch=6000), "device (cuda vs cpu)"),
+    (lambda d: d["configuration"].update(input="64x64x3, 10 classes") or d["results"][0].update(max_batch=6000),
+     "input geometry (32x32x3 vs 64x64x3)"),
+])
+def test_compare_different_setups_is_not_comparable(tmp_path, edit, why):
+    """issue 14: another VRAM limit/budget, GPU model, device or input was read as a "regression" (exit 1)."""
+    other = _edited(EAGER, tmp_path, "other.json", edit)
+    p = kitctl("compare", str(EAGER), str(other))
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert "Traceback" not in p.stderr and f"Not comparable (exit 3): {why}." in p.stdout, p.stdout
+    assert "**regression**" not in p.stdout and "regression beyond" not in p.stdout
+    p = kitctl("compare", str(EAGER), str(other), "--force")
+    assert p.returncode == 1 and "1 regression beyond 5%" in p.stdout, p.stdout
+    assert f"Compared with --force although the results measure different things: {why}" in p.stdout
+
+
+def test_compare_throughput_at_another_batch_or_dataset_is_not_comparable(tmp_path):
+    for key, value in (("batch", 256), ("dataset", "cifar10")):
+        other = _edited(TPUT, tmp_path, f"{key}.json", lambda d: d["configuration"].update({key: value}))
+        cmp = compare(load_source(TPUT), load_source(other), 5.0)
+        assert cmp.not_comparable and cmp.incomparable[0].startswith(f"{key} (")
+        assert all(c.flag == "not comparable" and not c.regression for c in cmp.changes)
+
+
+def test_compare_zero_median_is_no_traceback(tmp_path):
+    zero = _edited(TPUT, tmp_path, "zero.json", lambda d: d["results"][0]["summary"].update(median=0))
+    for a, b in ((zero, TPUT), (TPUT, zero)):
+        p = kitctl("compare", str(a), str(b))
+        assert p.returncode in (0, 1) and "Traceback" not in p.stderr, p.stderr
+    row = compare(load_source(zero), load_source(TPUT), 5.0).changes[0]
+    assert (row.flag, row.pct, row.note) == ("not comparable", None, "OLD median is 0 images/s")
+
+
+def test_report_renders_odd_but_schema_valid_artifacts(tmp_path):
+    """issue 14: `host.gpu: null` with a budget (TypeError) and a non-numeric overhead (ValueError)."""
+    def no_gpu(d):
+        d["host"]["gpu"] = None
+
+    def odd_overhead(d):
+        next(c for c in d["results"] if c.get("overhead"))["overhead"]["overhead_mib"] = "lots"
+
+    for name, edit, expect in (("nogpu.json", no_gpu, "below the card's memory (the artifact records no GPU)"),
+                               ("overhead.json", odd_overhead, "| Calibrated overhead, PyTorch eager fp32 | 'lots' MiB")):
+        f = _edited(SAMPLE, tmp_path, name, edit)
+        p = kitctl("report", str(f))
+        assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+        assert expect in p.stdout
 
 
 def test_compare_throughput_uses_the_intervals(tmp_path):
@@ -479,3 +639,73 @@ def test_native_trial_provenance_names_the_program():
         "local trial program `/w/build/opennn/bin/kit-opennn-trial`"
     assert _provenance_text({"interpreter": "/usr/bin/python3", "trial": "t.py"}) == \
         "local interpreter `/usr/bin/python3`, trial `t.py`"
+
+
+# ---- plots on awkward folders -------------------------------------------------------------------
+
+def test_plot_links_are_url_encoded(tmp_path):
+    """issue 14: a folder name with spaces (or parentheses) broke the Markdown image links."""
+    p = kitctl("report", str(SAMPLE), "--out", "my report/r.md", "--plots", "my report/plots (v2)", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    md = (tmp_path / "my report/r.md").read_text(encoding="utf-8")
+    pngs = sorted(x.name for x in (tmp_path / "my report/plots (v2)").iterdir())
+    assert pngs
+    for name in pngs:
+        assert f"](plots%20%28v2%29/{name})" in md
+    assert "](plots (v2)/" not in md
+
+
+def _mount_tmpfs(d: Path, size: str) -> None:
+    d.mkdir()
+    try:
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(d)], capture_output=True,
+                           timeout=30)
+    except OSError as exc:
+        pytest.skip(f"cannot mount a tmpfs: {exc}")
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs (needs root): {r.stderr.decode(errors='replace').strip()}")
+
+
+@pytest.fixture()
+def tiny_fs(tmp_path):
+    """A 128 KiB tmpfs: a few plots fit, the rest hit a full disk."""
+    d = tmp_path / "tiny"
+    _mount_tmpfs(d, "128k")
+    try:
+        yield d
+    finally:
+        subprocess.run(["umount", str(d)], capture_output=True, timeout=30)
+
+
+def test_report_plots_on_a_full_disk_leave_no_truncated_png(tiny_fs):
+    """issue 14: a full disk left a truncated PNG. Pillow removes its file when a write inside its
+    encoder fails, but not when the last buffered flush at close does; which one happens depends on
+    how much room is left, so every fill level is tried."""
+    from kitctl.plots import PlotError, make_plots
+
+    src = load_source(SAMPLE)
+    failed = 0
+    for fill_kib in range(0, 128, 8):
+        for f in tiny_fs.iterdir():
+            shutil.rmtree(f) if f.is_dir() else f.unlink()
+        (tiny_fs / "fill").write_bytes(b"\0" * fill_kib * 1024)
+        out = tiny_fs / "plots"
+        try:
+            make_plots([src], out)
+        except PlotError as exc:
+            failed += 1
+            assert "No space left on device" in str(exc) and "\n" not in str(exc)
+        for png in out.iterdir() if out.exists() else []:
+            data = png.read_bytes()
+            assert png.suffix == ".png" and data[:8] == b"\x89PNG\r\n\x1a\n" and data[-8:] == b"IEND\xaeB`\x82", \
+                f"fill {fill_kib} KiB left {png.name} ({len(data)} bytes)"
+    assert failed >= 8  # most fill levels cannot hold the plots
+    p = kitctl("report", str(SAMPLE), "--plots", str(tiny_fs / "plots"))
+    assert str(tiny_fs / "plots") in one_line_refusal(p, "No space left on device")
+
+
+def test_report_out_on_a_full_disk_leaves_no_truncated_file(tiny_fs):
+    (tiny_fs / "fill").write_bytes(b"\0" * 126 * 1024)
+    p = kitctl("report", str(EAGER), "--out", str(tiny_fs / "r.md"))
+    one_line_refusal(p, "No space left on device")
+    assert sorted(f.name for f in tiny_fs.iterdir()) == ["fill"]

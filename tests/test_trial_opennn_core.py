@@ -31,7 +31,7 @@ from cifar_files import write_cifar10  # noqa: E402
 from conftest import IN_CI  # noqa: E402
 from kitctl.protocol import ResultParseError, parse_result  # noqa: E402
 
-MODES = ["pool1", "default"]
+MODES = ["pool1", "default", "graph", "resident"]
 PROTOCOL_KEYS = {"protocol", "engine", "mode", "precision", "batch", "status", "loss_warmup",
                  "loss_final", "parameters", "step_seconds", "framework_peak_mib", "versions",
                  "error"}
@@ -95,6 +95,13 @@ def test_core_unit_tests_pass(build):
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     last = proc.stdout.strip().splitlines()[-1]
     assert last.endswith(" 0 failed") and not last.startswith("0 passed"), last
+
+
+def test_cuda_graph_hooks_reach_the_runtime_and_book_every_launch(build):
+    # Stand-ins for CUDA's header/runtime and OpenNN's static library (trials/opennn/tests/hooks).
+    proc = subprocess.run([str(build / "kit-graph-hooks-test")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert proc.stdout.strip().splitlines()[-1] == "17 passed, 0 failed"
 
 
 # ------------------------------------------------------------------------ the result line
@@ -185,6 +192,71 @@ def test_help_prints_usage_and_no_result_line(build):
     assert rc == 0 and out.startswith("usage:")
     assert not any(line.startswith("KIT-RESULT ") for line in out.splitlines())
 
+
+
+# ------------------------------------------------------- the throughput path (graph / resident)
+
+GRAPH = ("--benchmark", "throughput", "--batch", 128, "--mode", "graph")
+
+
+def test_graph_mode_plans_whole_epochs_of_the_50000_image_dataset(build):
+    # The real size (no KIT_FAKE_DATASET_IMAGES): 390 steps of 128 per epoch, 80 images dropped.
+    rc, result, err = run_ok(build, *GRAPH, "--warmup-steps", 10, "--steps", 780, timeout=120)
+    assert rc == 0 and result["status"] == "ok", err[-3000:]
+    assert (result["engine"], result["mode"]) == ("opennn-graph", "graph")
+    plan = result["settings"]["epoch_plan"]
+    assert (plan["dataset_images"], plan["steps_per_epoch"], plan["images_dropped_per_epoch"]) == (50000, 390, 80)
+    assert (plan["warmup_epochs"], plan["timed_epochs"], plan["timed_steps"]) == (1, 2, 780)
+    assert result["images"] == 780 * 128 == plan["timed_images"]
+    assert result["images_per_second"] == pytest.approx(result["images"] / result["window_seconds"])
+    assert result["step_seconds"] == pytest.approx(result["window_seconds"] / 780)
+    assert result["warmup_seconds"] > 0
+    # The settings keep the request as kittrial does; the plan says what ran.
+    assert (result["settings"]["warmup_steps"], result["settings"]["steps"]) == (10, 780)
+    assert result["settings"]["data"]["images"] == 50000
+    audit = result["settings"]["cuda_graph_audit"]
+    assert audit["check"] == "ok"
+    assert (audit["timed_graph_launches"], audit["expected_graph_launches"]) == (96, 96)
+    assert audit["timed_graph_steps_estimate"] == audit["expected_graph_steps"] == 768
+
+
+def test_graph_mode_refuses_a_figure_when_a_short_graph_stands_in_for_a_group(build):
+    rc, result, err = run_ok(build, *GRAPH, "--warmup-steps", 1, "--steps", 1,
+                             env_extra={"KIT_FAKE_DATASET_IMAGES": "2048", "KIT_FAKE_GRAPH": "short"})
+    assert rc == 1 and result["status"] == "error"
+    assert "smaller than a full 8-step group 1 of 2 times" in result["error"]
+    assert "about 9 of 16 graph steps ran" in result["error"]
+    # The raw figures stay in the line; the host uses none of them for a run that is not ok.
+    assert result["images"] == 16 * 128 and result["settings"]["cuda_graph_audit"]["short_graph_launches"] == 1
+
+    rc, result, _ = run_ok(build, *GRAPH, "--warmup-steps", 1, "--steps", 1,
+                           env_extra={"KIT_FAKE_DATASET_IMAGES": "2048", "KIT_FAKE_GRAPH": "none"})
+    assert rc == 1 and "launched no graph in the timed epochs" in result["error"]
+
+
+def test_resident_mode_is_the_graphless_control(build):
+    rc, result, err = run_ok(build, "--benchmark", "throughput", "--batch", 100, "--mode", "resident",
+                             "--precision", "bf16", "--warmup-steps", 3, "--steps", 25,
+                             env_extra={"KIT_FAKE_DATASET_IMAGES": "1000"})
+    assert rc == 0 and result["engine"] == "opennn-resident" and result["precision"] == "bf16", err[-3000:]
+    plan = result["settings"]["epoch_plan"]
+    assert (plan["steps_per_epoch"], plan["warmup_epochs"], plan["timed_epochs"]) == (10, 1, 3)
+    assert result["images"] == 30 * 100
+    assert result["settings"]["data"]["digest"] == fnv1a64(*splitmix64_batch(1000, 0))
+    assert result["settings"]["cuda_graph_audit"]["check"] == "ok"
+    assert result["settings"]["cuda_graph_audit"]["timed_graph_launches"] == 0
+
+    rc, result, _ = run_ok(build, "--benchmark", "throughput", "--batch", 100, "--mode", "resident",
+                           env_extra={"KIT_FAKE_DATASET_IMAGES": "1000", "KIT_FAKE_GRAPH": "full"})
+    assert rc == 1 and "CUDA graphs were off, yet" in result["error"]
+
+
+def test_graph_modes_refuse_maxbatch_and_oversized_batches_in_one_line(build):
+    rc, result, _ = run_ok(build, "--benchmark", "maxbatch", "--batch", 8, "--mode", "graph")
+    assert rc == 1 and result["status"] == "error"
+    assert result["error"] == "opennn-graph runs the throughput benchmark only"
+    rc, result, _ = run_ok(build, *GRAPH, env_extra={"KIT_FAKE_DATASET_IMAGES": "100"})
+    assert rc == 1 and "batch 128 does not fit the 100-image dataset" in result["error"]
 
 # ------------------------------------------------------------------------------- failures
 

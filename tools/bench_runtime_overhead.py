@@ -57,6 +57,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--image", help="engine image (default: from compose.yaml)")
     p.add_argument("--python", default=sys.executable, help="interpreter of the local runtime")
     p.add_argument("--gpu-uuid", help="GPU UUID for --device cuda (both runtimes)")
+    p.add_argument("--gpu-request", default="auto", choices=["auto", "toolkit", "cdi"],
+                   help="how Docker attaches the GPU on --device cuda (default: probe once, what works)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per candidate")
     p.add_argument("--floor", type=int, default=10,
                    help="also time N empty candidates (/bin/true) through each runtime's machinery (0: skip)")
@@ -144,8 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     run_id = f"bench-{uuid.uuid4().hex[:8]}"
     try:
         image = a.image or compose_images([a.engine], a.variant)[a.engine]
-        drt = DockerRuntime(image, run_id=run_id, device=a.device, gpu_uuid=a.gpu_uuid)
+        drt = DockerRuntime(image, run_id=run_id, device=a.device, gpu_uuid=a.gpu_uuid, gpu_request=a.gpu_request)
         prov = image_provenance(drt.client, image)
+        gpu_request = drt.gpu_request(a.engine).to_json() if a.device == "cuda" else {}
         docker_version = drt.client.version().get("Version")
     except RuntimeUnavailable as exc:
         console.print(f"bench: {exc}")
@@ -243,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
                           "precision": "fp32", "device": a.device, "candidates": a.candidates, "warmup": a.warmup,
                           "order": "ABBA (docker first on even indices)", "timeout_s": a.timeout},
         "docker": {"image": image, "id": prov["id"], "repo_digests": prov["repo_digests"],
-                   "framework_version": prov["framework_version"], "versions": versions.get("docker")},
+                   "framework_version": prov["framework_version"], "versions": versions.get("docker"),
+                   "base": prov.get("base"), **gpu_request},
         "local": {"python": a.python, "versions": versions.get("local")},
         "summary": summary, "candidates": rows, "seconds": took,
     }

@@ -14,4 +14,18 @@ export CXX=${CXX:-/opt/gcc/bin/g++} CUDACXX=${CUDACXX:-/usr/local/cuda/bin/nvcc}
 # Hopper only (the machine it runs on) and no LTO: a fast build for a memory benchmark; the image
 # builds 80;86;89;90 with OpenNN's default LTO. build-info.json records what was used.
 export CUDA_ARCHS=${CUDA_ARCHS:-90} OPENNN_LTO=${OPENNN_LTO:-OFF}
-exec images/opennn/build.sh .opennn-src "$PWD/build/opennn"
+images/opennn/build.sh .opennn-src "$PWD/build/opennn"
+# Which kit code the program was built from (an artifact carries build-info.json as build_info):
+# the commit as tools/device-kitctl.sh finds it (.kit-commit there) and the trial sources' hash.
+PYTHONPATH="$PWD/host" python3 - build/opennn/share/kit-opennn/build-info.json <<'EOF'
+import json, sys
+from kitctl.provenance import git_state, trial_code
+path = sys.argv[1]
+with open(path) as f:
+    info = json.load(f)
+state = git_state()
+info["kit"] = {"git_commit": state.commit, "git_dirty": state.dirty, "git_source": state.source,
+               "trial_code": trial_code("opennn-pool1").to_json()}
+with open(path, "w") as f:
+    json.dump(info, f, indent=2)
+EOF

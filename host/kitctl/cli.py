@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-import click
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -28,9 +27,10 @@ from .budget import Budget, BudgetError, make_budget
 from .datasets import DataError, resolve_cifar10
 from .engines import ENGINES, MODEL_MIN_BATCH, EngineError, parse_engines
 from .protocol import TrialRequest
-from .provenance import host_info, kit_info
+from .provenance import host_info, image_trial_code, kit_info, trial_code
 from .runner import Interrupted, Runner, RunPlan
 from .runtimes.base import RuntimeUnavailable
+from .runtimes.runstate import sweep_local_orphans
 from .search import STRATEGIES, SearchConfig
 from .summary import maxbatch_rows, ratios, throughput_ratio_pairs, throughput_rows
 
@@ -47,7 +47,7 @@ _register_reports(app)
 from . import clean, doctor, images_cmd  # noqa: E402  (issue 5: images, doctor, clean)
 app.add_typer(images_cmd.images_app, name="images"); app.command("doctor")(doctor.doctor); app.command("clean")(clean.clean)  # noqa: E702,E501
 
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)  # messages carry [brackets] (daemon errors)
 
 
 class Fail(Exception):
@@ -69,6 +69,12 @@ class RuntimeName(str, enum.Enum):
     auto = "auto"
     local = "local"
     docker = "docker"
+
+
+class GpuRequestName(str, enum.Enum):
+    auto = "auto"
+    toolkit = "toolkit"
+    cdi = "cdi"
 
 
 class Dataset(str, enum.Enum):
@@ -132,7 +138,8 @@ def _open_resumed_gpu(doc: dict[str, Any], gpu: str | None, cfg: dict[str, Any],
 
 
 def _make_runtime(name: str, engines: list, device: str, gpu_uuid: str | None, run_id: str,
-                  memory_limit: int | None, data_dir: str | None, python: str | None, notes: list[str]):
+                  memory_limit: int | None, data_dir: str | None, python: str | None, notes: list[str],
+                  gpu_request: str = "auto"):
     """The runtime the run uses; `notes` collects what the user should know (fallback, sweep)."""
     from .runtimes.base import RuntimeUnavailable
     from .runtimes.local import LocalRuntime
@@ -149,7 +156,8 @@ def _make_runtime(name: str, engines: list, device: str, gpu_uuid: str | None, r
             try:
                 rt = dockerrt.from_cli(engines=engines, device=device, gpu_uuid=gpu_uuid, run_id=run_id,
                                        memory_limit_mib=memory_limit, data_dir=data_dir,
-                                       required=(name == "docker"), fallback=fallback)
+                                       required=(name == "docker"), fallback=fallback,
+                                       gpu_request=gpu_request)
             except RuntimeUnavailable as exc:
                 raise Fail(str(exc)) from None
             if rt is not None:
@@ -161,7 +169,7 @@ def _make_runtime(name: str, engines: list, device: str, gpu_uuid: str | None, r
         LocalRuntime.check(engines)
     except RuntimeUnavailable as exc:
         raise Fail(str(exc)) from None
-    return LocalRuntime(gpu_uuid=gpu_uuid, python=python, memory_limit_mib=memory_limit)
+    return LocalRuntime(gpu_uuid=gpu_uuid, python=python, memory_limit_mib=memory_limit, run_id=run_id)
 
 
 @dataclass
@@ -186,9 +194,22 @@ def _open_resume(resume: Path, timeout: float | None) -> tuple[ArtifactStore, di
     return store, doc, cfg
 
 
+def _gpu_request_kind(doc: dict[str, Any] | None, cfg: dict[str, Any], flag: str) -> str:
+    """--gpu-request for a new run; a resumed one keeps the kind its partial recorded (an explicit,
+    different flag is refused), so every candidate of a run attaches the GPU the same way."""
+    if doc is None:
+        cfg["gpu_request"] = flag
+        return flag
+    recorded = (doc.get("runtime") or {}).get("gpu_request")
+    if recorded and flag != "auto" and flag != recorded:
+        raise Fail(f"--resume: the partial attached its GPU by {recorded}, not --gpu-request {flag}; "
+                   f"resume with --gpu-request {recorded} (or auto)")
+    return recorded or (flag if flag != "auto" else cfg.get("gpu_request") or "auto")
+
+
 def _prepare(benchmark: str, cfg: dict[str, Any], doc: dict[str, Any] | None, store: ArtifactStore | None,
              results_dir: Path, python: str | None, require_gpu_idle: bool, idle_threshold: float,
-             resume_gpu: str | None = None) -> Setup:
+             resume_gpu: str | None = None, gpu_request: str = "auto") -> Setup:
     """Engines refused or not, data, GPU, runtime, the artifact and its provenance (both benchmarks).
     Raises Fail and friends: the caller turns them into one line, exit 2."""
     if doc is not None and doc.get("benchmark") != benchmark:
@@ -201,6 +222,8 @@ def _prepare(benchmark: str, cfg: dict[str, Any], doc: dict[str, Any] | None, st
     if cfg["dataset"] == "cifar10":
         cfg["data_dir"] = str(resolve_cifar10(cfg["data_dir"]))
 
+    # Before the GPU's idle check: an orphaned local trial's memory is not idle.
+    notes: list[str] = [f"killed an orphaned local trial: {o}" for o in sweep_local_orphans()]
     gpuctx = None
     if cfg["device"] == "cuda":
         if doc is None:
@@ -209,9 +232,9 @@ def _prepare(benchmark: str, cfg: dict[str, Any], doc: dict[str, Any] | None, st
         else:
             gpuctx = _open_resumed_gpu(doc, resume_gpu, cfg, require_gpu_idle, idle_threshold)
     run_id = doc["run_id"] if doc else uuid.uuid4().hex[:12]
-    notes: list[str] = []
     rt = _make_runtime(cfg["runtime"], plan_engines, cfg["device"], gpuctx.info.uuid if gpuctx else None,
-                       run_id, cfg["memory_limit_mib"], cfg.get("data_dir"), python, notes)
+                       run_id, cfg["memory_limit_mib"], cfg.get("data_dir"), python, notes,
+                       _gpu_request_kind(doc, cfg, gpu_request))
 
     if doc is None:
         doc = _new_doc(run_id, cfg, gpuctx, rt, plan_engines, benchmark)
@@ -221,14 +244,27 @@ def _prepare(benchmark: str, cfg: dict[str, Any], doc: dict[str, Any] | None, st
     doc["runtime"] = {"name": rt.name, **{k: v for k, v in rt.describe(plan_engines[0].name).items()
                                           if k != "runtime"}}
     for e in plan_engines:
-        doc["engines"][e.name]["provenance"] = rt.describe(e.name)
+        doc["engines"][e.name]["provenance"] = {**rt.describe(e.name), "code": _trial_code(rt, e.name)}
     assert store is not None
     return Setup(store, doc, plan_engines, gpuctx, rt, notes)
 
 
+def _trial_code(rt: Any, engine: str) -> dict[str, Any] | None:
+    """The content hash of the trial that runs: the checkout's (local) or the image's (Docker)."""
+    if rt.name != "docker":
+        return trial_code(engine).to_json()
+    try:
+        code = image_trial_code(rt.client, rt.image_for(engine), engine)
+    except Exception as exc:  # provenance is recorded, not required: the image id still says it
+        why = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        err.print(f"kitctl: note: cannot hash the trial in {rt.image_for(engine)}: {why}")
+        return None
+    return code.to_json() if code else None
+
+
 def _setup(benchmark: str, resume: Path | None, timeout: float | None, gpu: str | None, results_dir: Path,
            python: str | None, require_gpu_idle: bool, idle_threshold: float,
-           new_configuration: Callable[[], dict[str, Any]]) -> tuple[Setup, dict[str, Any]]:
+           new_configuration: Callable[[], dict[str, Any]], gpu_request: str = "auto") -> tuple[Setup, dict[str, Any]]:
     """A run command's start, new or resumed; bad input is one line and exit 2, nothing written."""
     try:
         if resume is not None:
@@ -236,7 +272,7 @@ def _setup(benchmark: str, resume: Path | None, timeout: float | None, gpu: str 
         else:
             store, doc, cfg = None, None, new_configuration()
         s = _prepare(benchmark, cfg, doc, store, results_dir, python, require_gpu_idle, idle_threshold,
-                     resume_gpu=gpu)
+                     resume_gpu=gpu, gpu_request=gpu_request)
     except (Fail, EngineError, DataError, ArtifactError, BudgetError, ValueError) as exc:
         err.print(f"kitctl: {exc}")
         raise typer.Exit(EXIT_USAGE)
@@ -333,6 +369,8 @@ O_MEMORY_LIMIT = typer.Option(None, help="Host memory limit per candidate in MiB
 O_PYTHON = typer.Option(None, help="Interpreter for the local runtime (default: this one).")
 O_RESULTS_DIR = typer.Option(Path("results"), help="Where artifacts are written.")
 O_RESUME = typer.Option(None, help="Continue the run in this .partial.json.")
+O_GPU_REQUEST = typer.Option(GpuRequestName.auto, help="How Docker attaches the GPU: toolkit (NVIDIA Container "
+                             "Toolkit, --gpus style), cdi (nvidia.com/gpu=UUID) or auto (probe once: what works).")
 
 
 @run_app.command("maxbatch")
@@ -358,13 +396,15 @@ def maxbatch(
     python: Optional[str] = O_PYTHON,
     results_dir: Path = O_RESULTS_DIR,
     resume: Optional[Path] = O_RESUME,
+    gpu_request: GpuRequestName = O_GPU_REQUEST,
 ) -> None:
     """Largest training batch that completes one ResNet-50 step, per engine and precision."""
     console = Console(highlight=False)
     s, cfg = _setup("maxbatch", resume, timeout, gpu, results_dir, python, require_gpu_idle, idle_threshold,
                     lambda: _configuration(engines, precision.value, device.value, vram_limit, reserve, start_batch,
                                            max_batch, timeout, runtime.value, dataset.value, data_dir,
-                                           cudnn_benchmark, memory_limit, calibration_batch, strategy, gpu))
+                                           cudnn_benchmark, memory_limit, calibration_batch, strategy, gpu),
+                    gpu_request=gpu_request.value)
     store, doc, plan_engines, gpuctx, rt, notes = s.store, s.doc, s.engines, s.gpuctx, s.rt, s.notes
     base = _base_request("maxbatch", cfg, batch=1)
     watcher_factory = _watcher_factory(gpuctx)
@@ -403,6 +443,7 @@ def throughput(
     python: Optional[str] = O_PYTHON,
     results_dir: Path = O_RESULTS_DIR,
     resume: Optional[Path] = O_RESUME,
+    gpu_request: GpuRequestName = O_GPU_REQUEST,
 ) -> None:
     """Steady-state training images/s at one batch, per engine and precision, over fresh runs."""
     from .throughput import ThroughputPlan, ThroughputRunner
@@ -411,7 +452,8 @@ def throughput(
     s, cfg = _setup("throughput", resume, timeout, gpu, results_dir, python, require_gpu_idle, idle_threshold,
                     lambda: _throughput_configuration(engines, precision.value, device.value, vram_limit, reserve,
                                                       batch, runs, warmup_steps, steps, timeout, runtime.value,
-                                                      dataset.value, data_dir, cudnn_benchmark, memory_limit, gpu))
+                                                      dataset.value, data_dir, cudnn_benchmark, memory_limit, gpu),
+                    gpu_request=gpu_request.value)
     store, doc, gpuctx, rt = s.store, s.doc, s.gpuctx, s.rt
     base = _base_request("throughput", cfg, batch=cfg["batch"], warmup_steps=cfg["warmup_steps"],
                          steps=cfg["steps"])
@@ -549,10 +591,10 @@ def _new_doc(run_id: str, cfg: dict[str, Any], gpuctx: GpuContext | None, rt: An
 
 
 def _usage_error_types() -> tuple[type, ...]:
-    # Recent typer vendors its own click; older ones use click's. Catch both.
-    types = {c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError"}
-    types.add(click.exceptions.UsageError)
-    return tuple(types)
+    # typer >= 0.29 vendors its own click (and does not install click); older typer re-exports
+    # click's classes. Either way the UsageError that typer raises is a base of its BadParameter:
+    # find it there rather than importing click, which may not be installed.
+    return tuple(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
 
 
 def main() -> None:
@@ -565,7 +607,7 @@ def main() -> None:
         hint = f" (see: {exc.ctx.command_path} --help)" if getattr(exc, "ctx", None) else ""
         err.print(f"kitctl: {exc.format_message()}{hint}")
         sys.exit(EXIT_USAGE)
-    except (typer.Abort, click.exceptions.Abort, KeyboardInterrupt):
+    except (typer.Abort, KeyboardInterrupt):  # typer.Abort is click's Abort in older typer
         err.print("kitctl: aborted")
         sys.exit(EXIT_INTERRUPTED)
     sys.exit(rc if isinstance(rc, int) else 0)

@@ -170,6 +170,8 @@ def load_compose(path: str | os.PathLike[str] | None = None,
         raise ComposeError(f"{p}: no such file (compose.yaml names the engine images)") from None
     except OSError as exc:
         raise ComposeError(f"{p}: cannot read it ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:  # a ValueError, not an OSError
+        raise ComposeError(f"{p}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})") from None
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:

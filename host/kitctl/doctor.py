@@ -6,11 +6,14 @@ how to fix it:
   compose         compose.yaml parses (the image names come from it)
   docker          the daemon answers; its version
   nvml            the NVIDIA driver through NVML: GPUs, driver version
-  nvidia-runtime  a throw-away container with a GPU DeviceRequest starts (runtimes.docker.probe_gpu)
+  nvidia-runtime  which GPU request the daemon honours: a throw-away container per kind, the NVIDIA
+                  Container Toolkit's (--gpus style) and CDI's (nvidia.com/gpu=UUID)
+                  (runtimes.docker.probe_gpu_request)
   cuda:<image>    the driver against each image's CUDA (label kit.cuda.version, or compose.yaml's
                   CUDA_VERSION build arg for an image not built yet): which images this host can run
   gpu-idle:<i>    the GPU holds no memory, or who holds it (gpu.check_idle)
-  image:<svc>     the image `kitctl run` would use for each compose service is present
+  image:<svc>     the image `kitctl run` would use for each compose service is present and is the
+                  kit's (labels kit.engine = the service, kit.trial-protocol = 1); else ✗
   disk            free space where Docker keeps images (DockerRootDir)
   orphans         kit containers whose owner is gone (`kitctl clean` removes them)
   gpu-run         the verdict: can `kitctl run maxbatch --runtime docker` start on the GPU here?
@@ -42,6 +45,8 @@ FIX_DRIVER = ("install the NVIDIA driver (≥ 580 for CUDA 13 images) and check 
               "on a host without a GPU use --device cpu")
 FIX_TOOLKIT = ("install the NVIDIA Container Toolkit, then `sudo nvidia-ctk runtime configure --runtime=docker` "
                "and restart Docker (sudo systemctl restart docker)")
+FIX_CDI = ("or generate a CDI spec: `sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml` (Docker < 28.2 also "
+           "needs daemon.json {\"features\": {\"cdi\": true}}) and restart Docker")
 FIX_DOCKER = ("start the daemon (sudo systemctl start docker) and make its socket usable "
               "(add yourself to the docker group or set DOCKER_HOST), or use --runtime local")
 
@@ -192,7 +197,8 @@ def run_checks(*, client: Any = None, variant: str | None = None, idle_threshold
         except Exception as exc:  # noqa: BLE001
             rep.add("images", "error", f"listing the engine images failed: {_one_line(exc)}")
     rep.images = [{k: r[k] for k in ("service", "variant", "image", "present", "short_id", "repo_digests",
-                                     "framework_version", "cuda_version", "expected_cuda_version")} for r in rows]
+                                     "framework_version", "cuda_version", "expected_cuda_version", "unfit")}
+                  for r in rows]
     run_rows = []
     if compose is not None:
         for svc in compose.services.values():
@@ -202,6 +208,11 @@ def run_checks(*, client: Any = None, variant: str | None = None, idle_threshold
             run_rows.append((svc.name, name, row))
             if client is None:
                 rep.add(f"image:{svc.name}", "skip", f"{name}: not checked (no Docker daemon)")
+            elif row is not None and row["present"] and row.get("unfit"):
+                rep.add(f"image:{svc.name}", "error", f"{name} is present but is not the kit's {svc.name} image: "
+                        f"{row['unfit']}",
+                        f"kitctl images build {svc.name}{' --variant ' + v if v else ''} (it replaces the name; "
+                        f"or remove the image: docker rmi {name})")
             elif row is not None and row["present"]:
                 digest = f", {row['repo_digests'][0]}" if row["repo_digests"] else ""
                 rep.add(f"image:{svc.name}", "ok", f"{name} present ({row['short_id']}, "
@@ -216,32 +227,38 @@ def run_checks(*, client: Any = None, variant: str | None = None, idle_threshold
     if client is None:
         rep.add("nvidia-runtime", "skip", "not checked: no Docker daemon", FIX_DOCKER)
     else:
-        present = [r["image"] for r in rows if r["present"]]
-        runtimes = ", ".join(sorted((_safe_info(client).get("Runtimes") or {}).keys())) or "?"
+        present = [r["image"] for r in rows if r["present"] and not r.get("unfit")]
+        info = _safe_info(client)
+        runtimes = ", ".join(sorted((info.get("Runtimes") or {}).keys())) or "?"
+        cdi_dirs = info.get("CDISpecDirs")
+        cdi_note = ("no CDI (Docker < 25)" if cdi_dirs is None else
+                    f"CDI spec dirs {', '.join(cdi_dirs)}" if cdi_dirs else "CDI off")
+        daemon = f"daemon runtimes: {runtimes}; {cdi_note}"
         if not present:
             rep.add("nvidia-runtime", "warn",
-                    f"cannot be probed without an engine image (daemon runtimes: {runtimes})",
+                    f"cannot be probed without an engine image ({daemon})",
                     "build one first: kitctl images build")
         elif not probe:
-            rep.add("nvidia-runtime", "skip", "probe skipped (--no-probe)")
+            rep.add("nvidia-runtime", "skip", f"probe skipped (--no-probe; {daemon})")
         else:
-            from .runtimes.docker import NO_NVIDIA_RUNTIME, probe_gpu
+            from .runtimes.docker import probe_gpu_request
 
             try:
-                reason = probe_gpu(client, present[0], gpus[0][2].uuid if gpus else None, timeout_s=120)
+                found = probe_gpu_request(client, present[0], gpus[0][2].uuid if gpus else None, "auto",
+                                          timeout_s=120, every=True)
+                said = "; ".join(f"{r.kind}: {'works' if why is None else 'refused (' + why + ')'}"
+                                 for r, why in found.tried)
+                works = [r for r, why in found.tried if why is None]
             except Exception as exc:  # noqa: BLE001
-                reason = _one_line(exc)
-            if reason is None:
+                said, works = f"the probe failed: {_one_line(exc)}", []
+            if works:
                 nvidia_ok = True
-                rep.add("nvidia-runtime", "ok", f"a container with a GPU DeviceRequest starts "
-                        f"(probe with {present[0]}, removed)")
+                rep.add("nvidia-runtime", "ok", f"a GPU container starts with the {works[0].describe()} request "
+                        f"(--gpu-request auto uses {works[0].kind}); {said} (probe with {present[0]}, removed; "
+                        f"{daemon})")
             else:
-                no_toolkit = "NVIDIA Container Toolkit" in reason or "nvidia" not in runtimes
-                if reason == NO_NVIDIA_RUNTIME:
-                    reason = "the Docker daemon has no NVIDIA runtime: a container with a GPU DeviceRequest does not start"
-                rep.add("nvidia-runtime", "error", f"{reason} (probe with {present[0]}; daemon runtimes: {runtimes})",
-                        FIX_TOOLKIT if no_toolkit else "check `docker run --rm --gpus all IMAGE nvidia-smi` "
-                        "and the daemon's log")
+                rep.add("nvidia-runtime", "error", f"the daemon attaches a GPU by neither request — {said} "
+                        f"(probe with {present[0]}; {daemon})", f"{FIX_TOOLKIT}; {FIX_CDI}")
 
     # -- driver vs each image's CUDA -------------------------------------------------------------
     major = _driver_major(driver)
@@ -250,6 +267,8 @@ def run_checks(*, client: Any = None, variant: str | None = None, idle_threshold
         if r["image"] in seen:
             continue
         seen.add(r["image"])
+        if r["present"] and r.get("unfit"):
+            continue  # not an engine image: its image:<svc> check says why
         cuda = r["cuda_version"] if r["present"] else r["expected_cuda_version"]
         kind, need = cuda_requirement(cuda)
         where = "" if r["present"] else (" (not built; CUDA from compose.yaml)" if client is not None
@@ -343,7 +362,7 @@ def run_checks(*, client: Any = None, variant: str | None = None, idle_threshold
     if not gpus:
         why.append("no GPU through NVML")
     if client is not None and not nvidia_ok:
-        why.append("the daemon cannot attach a GPU (NVIDIA Container Toolkit)")
+        why.append("the daemon cannot attach a GPU (neither the NVIDIA Container Toolkit nor CDI)")
     if gpus and not rep.runnable:
         why.append("no present engine image this driver can run")
     rep.gpu_run = not why

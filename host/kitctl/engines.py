@@ -51,12 +51,21 @@ ENGINES: dict[str, Engine] = {
                _BOTH, frozenset({"cuda"}), _OPENNN_CAP, native=True),
         Engine("opennn-default", "OpenNN (default pool)", "OpenNN", "opennn", "opennn", "default",
                _BOTH, frozenset({"cuda"}), _OPENNN_CAP, native=True),
+        # OpenNN's throughput path as its own runner trains (docs/benchmarks/throughput/resnet50):
+        # a 50,000-image dataset resident on the GPU, whole epochs, CUDA graphs on; `resident` is
+        # the same with graphs off (the control). A dataset of many batches is no max-batch
+        # candidate, so both run throughput only.
+        Engine("opennn-graph", "OpenNN (GPU-resident, CUDA graph)", "OpenNN", "opennn", "opennn", "graph",
+               frozenset({"throughput"}), frozenset({"cuda"}), _OPENNN_CAP, native=True),
+        Engine("opennn-resident", "OpenNN (GPU-resident, no graph)", "OpenNN", "opennn", "opennn", "resident",
+               frozenset({"throughput"}), frozenset({"cuda"}), _OPENNN_CAP, native=True),
     )
 }
 
 # Engines whose trial exists in this tree; the others are named but refused in one line.
 IMPLEMENTED = frozenset({"pytorch-eager", "pytorch-compile", "pytorch-cudagraph", "tensorflow-xla",
-                         "opennn-pool1", "opennn-default", "pytorch-compile-graphs"})
+                         "opennn-pool1", "opennn-default", "opennn-graph", "opennn-resident",
+                         "pytorch-compile-graphs"})
 
 
 # Smallest batch each model can train at: ResNet-50 on 32×32 inputs ends in 1×1 maps, where

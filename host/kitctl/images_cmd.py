@@ -113,6 +113,9 @@ def build(
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not use the layer cache."),
     pull: bool = typer.Option(False, "--pull", help="Pull a newer base image first."),
     tail: int = typer.Option(40, help="Build-log lines shown when a build fails."),
+    network: Optional[str] = typer.Option(None, "--network", envvar="KITCTL_BUILD_NETWORK",
+                                          help="Network of the build's RUN steps, e.g. none on a daemon "
+                                               "started without a bridge (default: the daemon's)."),
 ) -> None:
     """Build engine images from compose.yaml (the same images `docker compose build` makes)."""
     from .compose import ComposeError, provenance_build_args
@@ -148,7 +151,7 @@ def build(
             try:
                 with console.status(activity, spinner="dots"):
                     image_id = build_image(client, spec, on_line=on_line, nocache=no_cache, pull=pull,
-                                           log_lines=max(tail, 1))
+                                           log_lines=max(tail, 1), network_mode=network or None)
             except ImageBuildError as exc:
                 err.print(Text(f"kitctl: {exc}"))
                 lines = exc.log_tail.splitlines()[-max(tail, 1):]

@@ -23,6 +23,7 @@ from .runtimes.base import RuntimeUnavailable
 
 # Label every kit image carries (images/<engine>/Dockerfile) and the ones `list` shows.
 LABEL_ENGINE = "kit.engine"
+LABEL_TRIAL_PROTOCOL = "kit.trial-protocol"
 LABEL_FRAMEWORK_VERSION = "kit.framework.version"
 LABEL_CUDA_VERSION = "kit.cuda.version"
 REGISTRY_NAMESPACE = "kitctl"
@@ -192,6 +193,7 @@ def image_rows(client: Any, compose: Compose, services: list[str], variant: str 
                 "created": None, "age_s": None,
                 "expected_framework_version": args.get("FRAMEWORK_VERSION"),
                 "expected_cuda_version": args.get("CUDA_VERSION"),
+                "unfit": None,  # why a present image is not the engine's (engine_image_problem)
             }
             if client is None:
                 rows.append(row)
@@ -211,7 +213,7 @@ def image_rows(client: Any, compose: Compose, services: list[str], variant: str 
                        repo_digests=prov["repo_digests"], repo_tags=prov["repo_tags"],
                        framework_version=prov["framework_version"], cuda_version=prov["cuda_version"],
                        labels=prov["labels"], size_bytes=prov["size_bytes"], created=prov["created"],
-                       age_s=age_seconds(prov["created"]))
+                       age_s=age_seconds(prov["created"]), unfit=engine_image_problem(prov["labels"], svc_name))
             rows.append(row)
     return rows
 
@@ -381,8 +383,37 @@ def pull_image(client: Any, local_name: str, registry: str, *, digest: str | Non
 
 # ---- leftovers ----------------------------------------------------------------------------------
 
+LABEL_STAGE = "kit.stage"  # on a Dockerfile's build stage (images/*/Dockerfile): never an engine image
+
+
+def engine_image_problem(labels: dict[str, str] | None, service: str) -> str | None:
+    """Why an image present under a service's name is not that engine's image; None when it is.
+
+    Only an image built from images/<service>/Dockerfile counts: its labels say `kit.engine` =
+    the service and `kit.trial-protocol` = the protocol this kitctl speaks. Anything else under
+    that name (a stub, another project's image, a build stage) would be run as a trial and fail
+    in confusing ways, so `--runtime auto` falls back to local and doctor marks it ✗."""
+    from .protocol import PROTOCOL_VERSION
+
+    labels = labels or {}
+    if labels.get(LABEL_STAGE):
+        return f"it is a build stage ({LABEL_STAGE}={labels[LABEL_STAGE]}), not an engine image"
+    engine = labels.get(LABEL_ENGINE)
+    if engine is None:
+        return (f"it lacks the kit's labels ({LABEL_ENGINE}, {LABEL_TRIAL_PROTOCOL}): it was not built from "
+                f"images/{service}/Dockerfile")
+    if engine != service:
+        return f"its label {LABEL_ENGINE}={engine} is not {service}"
+    proto = labels.get(LABEL_TRIAL_PROTOCOL)
+    if proto != str(PROTOCOL_VERSION):
+        return (f"its label {LABEL_TRIAL_PROTOCOL}={proto} is not {PROTOCOL_VERSION} "
+                f"(the trial protocol this kitctl speaks)")
+    return None
+
+
 def dangling_kit_images(client: Any) -> list[Any]:
-    """Untagged (`<none>`) images carrying the kit.engine label: superseded builds and pulls."""
+    """Untagged (`<none>`) images carrying the kit.engine label: superseded builds and pulls, and
+    the build stages (label kit.stage) that the Docker SDK's legacy builder leaves untagged."""
     imgs = client.images.list(filters={"dangling": True, "label": LABEL_ENGINE})
     return [i for i in imgs if not (i.attrs.get("RepoTags") or [])
             or all(t == "<none>:<none>" for t in i.attrs.get("RepoTags") or [])]
@@ -391,5 +422,7 @@ def dangling_kit_images(client: Any) -> list[Any]:
 def describe_image(img: Any) -> str:
     labels = (img.attrs.get("Config") or {}).get("Labels") or {}
     created = img.attrs.get("Created")
+    stage = (f", build stage {labels[LABEL_STAGE]!r}: the next build of that image redoes it"
+             if labels.get(LABEL_STAGE) else "")
     return (f"{short_id(img.id)} ({LABEL_ENGINE}={labels.get(LABEL_ENGINE, '?')}, "
-            f"{human_size(img.attrs.get('Size'))}, built {human_age(age_seconds(created))})")
+            f"{human_size(img.attrs.get('Size'))}, built {human_age(age_seconds(created))}{stage})")

@@ -62,6 +62,7 @@ class MemoryPeaks:
     baseline_mib: float | None = None  # NVML used just before the candidate
     samples: int = 0
     sample_rate_hz: float | None = None
+    release_s: float | None = None  # after a VRAM-gate kill: seconds until the card was back at the baseline
 
 
 @dataclass

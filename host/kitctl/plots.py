@@ -8,6 +8,7 @@ before drawing.
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,7 @@ class Bars:
     labels: list[str]
     values: list[float]
     colors: list[str]
-    notes: list[str]  # "" | "≥" (censored) | "invalid" | "1 run"
+    notes: list[str]  # "" | "≥" (censored) | "reference claim" | "invalid" | "1 run"
     err_low: list[float] = field(default_factory=list)
     err_high: list[float] = field(default_factory=list)
 
@@ -65,6 +66,21 @@ def _mpl():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def _save(fig: Any, path: Path) -> None:
+    """Write the PNG under a temporary name beside it, then rename it into place: a full disk or an
+    interruption leaves the previous file or none, never a truncated PNG."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        fig.savefig(tmp, format="png")
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
 
 
 def _safe(name: str) -> str:
@@ -83,7 +99,7 @@ def vram_series(src: Source) -> list[VramSeries]:
         out.append(VramSeries(engine, precision, [p.batch for p in pts], [p.peak_mib for p in pts],
                               [p.passed for p in pts], [p.memory_failure for p in pts], [p.status for p in pts],
                               max(set(srcs), key=srcs.count) if srcs else "", src.budget_mib,
-                              row.max_batch if row and row.has_capacity else None))
+                              row.max_batch if row and row.has_figure else None))
     return out
 
 
@@ -96,13 +112,14 @@ def maxbatch_bars(sources: list[Source], with_source: bool = False) -> Bars:
                 label += f"\n[{n}] {src.machine_short}"
             b.labels.append(label)
             b.colors.append(_FAMILY_COLORS.get(engine_family(r.engine), "#7f7f7f"))
-            if r.search_status in ("invalid_non_memory_failure", "no_passing_batch") or not r.max_batch:
+            if r.has_figure:
+                b.values.append(float(r.max_batch))  # type: ignore[arg-type]
+                b.notes.append("≥" if r.search_status == "censored_at_max_batch" else
+                               "reference claim" if r.reference_claim else "")
+            else:
                 b.values.append(0.0)
                 b.notes.append("invalid" if r.search_status == "invalid_non_memory_failure" else
                                "no pass" if r.search_status == "no_passing_batch" else r.result)
-            else:
-                b.values.append(float(r.max_batch))
-                b.notes.append("≥" if r.search_status == "censored_at_max_batch" else "")
     return b
 
 
@@ -230,8 +247,10 @@ def plot_vram(src: Source, s: VramSeries, out_dir: Path) -> PlotFile:
     ax.legend(loc="upper left", fontsize=8, framealpha=0.9)
     fig.tight_layout()
     path = out_dir / _safe(f"{src.stem}-vram-{s.engine}-{s.precision}.png")
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        _save(fig, path)
+    finally:
+        plt.close(fig)
     return PlotFile(path, f"{engine_label(s.engine)} {s.precision}: peak {mem} against batch", "vram", src.name,
                     {"points": drawn, "budget_y": budget_y, "missing_peak": missing,
                      "trials": len(s.batches)})
@@ -263,8 +282,10 @@ def _plot_bars(b: Bars, title: str, xlabel: str, path: Path, errors: bool) -> di
     ax.set_title(title, fontsize=10)
     ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        _save(fig, path)
+    finally:
+        plt.close(fig)
     data: dict[str, Any] = {"labels": list(b.labels), "values": [float(p.get_width()) for p in bars],
                             "notes": list(b.notes)}
     if errors:

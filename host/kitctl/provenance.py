@@ -1,16 +1,124 @@
-"""Provenance for the artifact: kit version and git commit, host, interpreter."""
+"""Provenance for the artifact: kit version, the kit's code, git commit, host, interpreter.
+
+The code hash is always there, .git or not: the GPU machine gets a copy of the tree without .git
+(tools/device-kitctl.sh). The commit comes from git, else KITCTL_GIT_COMMIT/KITCTL_GIT_DIRTY,
+else the stamp file `.kit-commit` that `tools/device-kitctl.sh --stamp` writes before the copy.
+"""
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
+import tarfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Iterator, Sequence
 
 from . import __version__
+from .engines import ENGINES
 from .paths import kit_root
+
+# sha256 over, per file in path order, "<path relative to the kit root>\0<sha256 of its bytes>\n".
+CODE_SCHEME = "kitctl-tree-sha256-v1"
+HOST_CODE = ("host/kitctl",)
+STAMP_FILE = ".kit-commit"
+ENV_COMMIT, ENV_DIRTY = "KITCTL_GIT_COMMIT", "KITCTL_GIT_DIRTY"
+# Generated beside the sources; never part of the code.
+_SKIP_DIRS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
+_SKIP_SUFFIXES = (".pyc", ".pyo")
+_COMMIT_RE = re.compile(r"[0-9a-f]{7,64}")
+
+
+@dataclass(frozen=True)
+class CodeHash:
+    paths: tuple[str, ...]  # relative to the kit root, as hashed
+    sha256: str
+    files: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"scheme": CODE_SCHEME, "paths": list(self.paths), "sha256": self.sha256, "files": self.files}
+
+
+@dataclass(frozen=True)
+class GitState:
+    commit: str | None
+    dirty: bool | None
+    source: str | None  # "git", "env" (KITCTL_GIT_COMMIT), "stamp" (.kit-commit) or None
+
+
+def _skipped(rel: str) -> bool:
+    parts = rel.split("/")
+    return any(p in _SKIP_DIRS for p in parts[:-1]) or parts[-1].endswith(_SKIP_SUFFIXES)
+
+
+def _digest(paths: Sequence[str], files: Iterable[tuple[str, bytes]]) -> CodeHash:
+    entries = sorted((rel, hashlib.sha256(data).hexdigest()) for rel, data in files if not _skipped(rel))
+    h = hashlib.sha256()
+    for rel, sha in entries:
+        h.update(f"{rel}\0{sha}\n".encode())
+    return CodeHash(tuple(paths), h.hexdigest(), len(entries))
+
+
+def _tree_files(root: Path, rels: Sequence[str]) -> Iterator[tuple[str, bytes]]:
+    for rel in rels:
+        base = root / rel
+        if base.is_file():
+            yield rel, base.read_bytes()
+            continue
+        for d, dirs, names in os.walk(base):
+            dirs[:] = [x for x in dirs if x not in _SKIP_DIRS]
+            for n in names:
+                f = Path(d) / n
+                if f.is_file():
+                    yield f.relative_to(root).as_posix(), f.read_bytes()
+
+
+def code_hash(rels: Sequence[str], root: Path | None = None) -> CodeHash:
+    """The content hash of these files/folders of the kit (a missing one adds no file)."""
+    return _digest(rels, _tree_files(root or kit_root(), rels))
+
+
+def trial_paths(engine: str) -> tuple[str, ...]:
+    return (f"trials/{ENGINES[engine].trial}", "trials/common")
+
+
+def trial_code(engine: str, root: Path | None = None) -> CodeHash:
+    """The trial's code in the checkout: what the local runtime runs (a compiled trial's sources)."""
+    return code_hash(trial_paths(engine), root)
+
+
+def image_trial_code(client: Any, image: str, engine: str, image_root: str = "/opt/kit") -> CodeHash | None:
+    """The same hash over the trial as the engine image holds it (the kit's Dockerfiles copy
+    trials/<x> and trials/common to /opt/kit/trials): what the Docker runtime runs. Read from a
+    created, never started container; None when the image has no such folder (a compiled trial).
+    """
+    from .runtimes.docker import owner_labels  # labelled: `kitctl clean` removes a leftover
+
+    rels = trial_paths(engine)
+    files: list[tuple[str, bytes]] = []
+    container = client.containers.create(image, command=["true"], labels=owner_labels(), network_disabled=True)
+    try:
+        for rel in rels:
+            try:
+                stream, _ = container.get_archive(f"{image_root}/{rel}")
+            except Exception as exc:  # docker.errors.NotFound: the image lacks it
+                if getattr(exc, "status_code", None) == 404:
+                    return None
+                raise
+            parent = rel.rsplit("/", 1)[0]  # the archive's names start at the folder's own name
+            with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+                for m in tar:
+                    if m.isfile():
+                        data = tar.extractfile(m)
+                        files.append((f"{parent}/{m.name}", data.read() if data else b""))
+    finally:
+        container.remove(force=True)
+    return _digest(rels, files)
 
 
 def _git(root: Path, *args: str) -> str | None:
@@ -21,12 +129,83 @@ def _git(root: Path, *args: str) -> str | None:
     return r.stdout.strip() if r.returncode == 0 else None
 
 
+def _commit(value: str, where: str) -> str:
+    v = value.strip().lower()
+    if not _COMMIT_RE.fullmatch(v):
+        raise ValueError(f"{where}: {value.strip()[:80]!r} is not a git commit (7 to 64 hex digits)")
+    return v
+
+
+def _flag(value: str, where: str) -> bool | None:
+    v = value.strip().lower()
+    if v in ("", "unknown"):
+        return None
+    if v in ("1", "true", "yes"):
+        return True
+    if v in ("0", "false", "no"):
+        return False
+    raise ValueError(f"{where}: {value.strip()[:80]!r} is not true, false or unknown")
+
+
+def _stamp_code(root: Path) -> CodeHash:
+    """What a stamp vouches for: the host package and every trial."""
+    return code_hash((*HOST_CODE, "trials"), root)
+
+
+def read_stamp(root: Path) -> GitState | None:
+    """`.kit-commit`: the commit on its first line (`git rev-parse HEAD > .kit-commit` is one), then
+    optional `dirty=true|false` and `code_sha256=...` lines. When the code no longer hashes as it
+    did when stamped, the tree is not that commit's: dirty."""
+    try:
+        lines = (root / STAMP_FILE).read_text().splitlines()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{root / STAMP_FILE}: unreadable ({exc})") from None
+    lines = [x.strip() for x in lines if x.strip()]
+    if not lines:
+        raise ValueError(f"{root / STAMP_FILE}: empty (write it with tools/device-kitctl.sh --stamp)")
+    where = str(root / STAMP_FILE)
+    commit, fields = _commit(lines[0], where), dict(x.partition("=")[::2] for x in lines[1:])
+    dirty = _flag(fields.get("dirty", ""), where)
+    stamped = fields.get("code_sha256")
+    if stamped and stamped.strip() != _stamp_code(root).sha256:
+        dirty = True
+    return GitState(commit, dirty, "stamp")
+
+
+def git_state(root: Path | None = None) -> GitState:
+    root = root or kit_root()
+    top = _git(root, "rev-parse", "--show-toplevel")
+    # Only the kit's own repository counts, not one its copy happens to sit in.
+    commit = _git(root, "rev-parse", "HEAD") if top and Path(top).resolve() == root.resolve() else None
+    if commit:
+        status = _git(root, "status", "--porcelain", "--untracked-files=no")
+        return GitState(commit, None if status is None else bool(status), "git")
+    env = os.environ.get(ENV_COMMIT)
+    if env and env.strip():
+        return GitState(_commit(env, ENV_COMMIT), _flag(os.environ.get(ENV_DIRTY, ""), ENV_DIRTY), "env")
+    return read_stamp(root) or GitState(None, None, None)
+
+
+def write_stamp(path: Path | None = None, root: Path | None = None) -> Path:
+    """Here, where .git is: record the commit, the dirty flag and the code hash for a copy of
+    the tree that travels without .git."""
+    root = root or kit_root()
+    state = git_state(root)
+    if state.source != "git":
+        raise ValueError(f"{root} is no git checkout: nothing to stamp")
+    path = path or root / STAMP_FILE
+    dirty = "unknown" if state.dirty is None else str(state.dirty).lower()
+    path.write_text(f"{state.commit}\ndirty={dirty}\ncode_sha256={_stamp_code(root).sha256}\n")
+    return path
+
+
 def kit_info() -> dict[str, Any]:
-    root = kit_root()
-    commit = _git(root, "rev-parse", "HEAD")
-    status = _git(root, "status", "--porcelain", "--untracked-files=no")
-    return {"version": __version__, "git_commit": commit,
-            "git_dirty": None if status is None else bool(status)}
+    """Raises ValueError (one line) for a malformed KITCTL_GIT_COMMIT/KITCTL_GIT_DIRTY or stamp."""
+    state = git_state()
+    return {"version": __version__, "git_commit": state.commit, "git_dirty": state.dirty,
+            "git_source": state.source, "code": code_hash(HOST_CODE).to_json()}
 
 
 def host_info() -> dict[str, Any]:
@@ -43,3 +222,11 @@ def host_info() -> dict[str, Any]:
 
 def interpreter_info(python: str) -> dict[str, Any]:
     return {"interpreter": python, "python": sys.version.split()[0] if python == sys.executable else None}
+
+
+if __name__ == "__main__":  # tools/device-kitctl.sh --stamp
+    try:
+        print(write_stamp(Path(sys.argv[1]) if len(sys.argv) > 1 else None))
+    except ValueError as exc:
+        print(f"kitctl: {exc}", file=sys.stderr)
+        sys.exit(2)

@@ -8,13 +8,22 @@ The reference runner (`benchmark_id` `gpu-resnet50-max-batch`, `schema_version` 
 `vram_cap_exceeded`, `timeout`, `exit_<code>`), `peak_vram_mib` (the device's used memory),
 `peak_delta_mib` (used − idle before the trial; newer runs), `vram_cap_mib`.
 `machine.gpu` has `name`, `driver_version`, `memory_total_mib`; `machine.versions` is flat.
+`metrics.max_train_batch` (`opennn_batch_pool_1`, `pytorch_best`, `tensorflow_xla`) and
+`metrics.ratio` (`opennn_vs_<key>`) are flat in older runs, per precision in newer ones.
+
+The older runner ("V1") never classifies an out-of-memory exit: a failed candidate is `exit_<code>`
+(or `vram_cap_exceeded`/`timeout`), and it writes no `search_status`. Its `max_batch` is still the
+figure its report states, so a row shows it as the reference's claim (`Row.reference_claim`) with
+the status `unclassified_next_failure`, never as a capacity under kitctl's rule; kitctl's own
+artifacts keep the strict rule.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from .engines import ENGINES
-from .summary import Row, TrialPoint, result_text
+from .summary import CAPACITY_STATUSES, UNCLASSIFIED_NEXT, Row, TrialPoint, result_text
 
 BENCHMARK_ID = "gpu-resnet50-max-batch"
 PRECISIONS = ("fp32", "bf16")
@@ -33,6 +42,21 @@ _STATUS = {"censored_at_max_batch_limit": "censored_at_max_batch"}
 
 class ReferenceFormatError(ValueError):
     pass
+
+
+@dataclass(frozen=True)
+class StatedFigure:
+    """One number of the reference file's `metrics`, as it states it."""
+
+    precision: str | None  # None in the flat (older) layout
+    metric: str  # max_train_batch | ratio
+    key: str  # opennn_batch_pool_1, pytorch_best, opennn_vs_pytorch_best, …
+    value: float
+
+    @property
+    def value_text(self) -> str:
+        v = self.value
+        return f"{v:,.0f}" if float(v).is_integer() and self.metric == "max_train_batch" else f"{v:g}"
 
 
 def is_reference(doc: Any) -> bool:
@@ -114,6 +138,8 @@ def search_status(e: dict[str, Any], max_batch_limit: int | None) -> str:
         return "censored_at_max_batch"
     if not mb:
         return "no_passing_batch"
+    if nt is not None and not nt.get("ok"):
+        return UNCLASSIFIED_NEXT  # a runner without a status word: it could not tell
     return "invalid_non_memory_failure"
 
 
@@ -134,9 +160,54 @@ def rows(doc: dict[str, Any]) -> list[Row]:
         nstatus = (nt.get("reason") or ("ok" if nt.get("ok") else "fail")) if nt else None
         status = search_status(e, limit)
         reason = (f"{nstatus} at {nxt:,}" if nt and not nt.get("ok") else None)
+        # The reference's own max batch is shown whatever its next failure was (its claim).
+        claim = bool(mb) and status not in CAPACITY_STATUSES
         out.append(Row(engine, precision, mb, peak, peak_source(e) if peak is not None else "", nxt, nstatus,
-                       result_text(status, nstatus, nxt, reason), status))
+                       result_text(status, nstatus, nxt, reason), status, claim))
     return out
+
+
+def _number(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def stated_figures(doc: dict[str, Any]) -> list[StatedFigure]:
+    """`metrics.max_train_batch` and `metrics.ratio` exactly as the file states them (flat or per
+    precision); anything that is not a number is left out, never a crash."""
+    metrics = doc.get("metrics")
+    if not isinstance(metrics, dict):
+        return []
+    out: list[StatedFigure] = []
+    for metric in ("max_train_batch", "ratio"):
+        block = metrics.get(metric)
+        if not isinstance(block, dict):
+            continue
+        for k, v in block.items():
+            if k in PRECISIONS and isinstance(v, dict):
+                out += [StatedFigure(k, metric, str(kk), n) for kk, vv in v.items() if (n := _number(vv)) is not None]
+            elif (n := _number(v)) is not None:
+                out.append(StatedFigure(None, metric, str(k), n))
+    return out
+
+
+def claim_caveat(claims: list[tuple[str, Row]]) -> str:
+    """One caveat for every reference row shown as the reference's claim: (cell label, row)."""
+    items, whys = [], []
+    for label, r in claims:
+        nxt = f"{r.next_status} at {r.next_batch:,}" if r.next_batch and r.next_status else "no next batch"
+        items.append(f"{label} {r.max_batch:,} (next: {nxt})")
+        if r.search_status == UNCLASSIFIED_NEXT and (r.next_status or "").startswith("exit_"):
+            why = ("`exit_<code>` is any non-zero exit: the reference runner does not classify it, so an "
+                   "out-of-memory exit cannot be told from a crash")
+        elif r.search_status == UNCLASSIFIED_NEXT:
+            why = f"`{r.next_status}` is not a memory failure"
+        else:
+            why = f"the reference runner itself marks such a search `{r.search_status}`"
+        if why not in whys:
+            whys.append(why)
+    return (f"**Reference's own claim** — {'; '.join(items)}: the max batch the reference runner recorded, shown as "
+            f"its claim, not as a capacity: the batch after it did not fail with a classified memory failure "
+            f"({'; '.join(whys)}). kitctl's own artifacts need a verified memory failure at max + 1.")
 
 
 def trial_points(entry: dict[str, Any]) -> list[TrialPoint]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import urllib.parse
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
@@ -41,12 +42,20 @@ def _int(x: Any) -> str:
     return f"{x:,}" if isinstance(x, int) and not isinstance(x, bool) else "—"
 
 
+def _is_num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
 def _mib(x: float | None, digits: int = 0) -> str:
-    return "—" if x is None else f"{x:,.{digits}f} MiB"
+    return "—" if x is None else f"{_num(x, digits)} MiB"
 
 
-def _num(x: float | None, digits: int = 0) -> str:
-    return "—" if x is None else f"{x:,.{digits}f}"
+def _num(x: Any, digits: int = 0) -> str:
+    """A number with thousands separators; a value the schema lets through that is not a number
+    (an older or hand-edited artifact) is shown as written, never a crash."""
+    if x is None:
+        return "—"
+    return f"{x:,.{digits}f}" if _is_num(x) else repr(x)
 
 
 def cudnn_text(v: Any) -> str:
@@ -128,8 +137,10 @@ def render(sources: list[Source], plots: list[PlotFile] | None = None, link_dir:
 
 
 def _link(p: PlotFile, base: Path) -> str:
+    """The plot's path relative to the report, URL-encoded: a Markdown link target ends at a space
+    or a parenthesis, so "my plots/x.png" must be written "my%20plots/x.png" to render."""
     rel = os.path.relpath(os.path.abspath(p.path), os.path.abspath(base))
-    return Path(rel).as_posix()
+    return urllib.parse.quote(Path(rel).as_posix(), safe="/")
 
 
 def _plot_lines(files: list[PlotFile], base: Path) -> list[str]:
@@ -158,7 +169,7 @@ def _overview(sources: list[Source], plots: list[PlotFile], base: Path) -> list[
                 for r in s.rows:
                     keys.append((r.engine, r.precision))
                     vals[(n, r.engine, r.precision)] = _row_value(r)
-                    if r.has_capacity:
+                    if r.has_figure:
                         nums[(n, r.engine, r.precision)] = (float(r.max_batch),
                                                             r.search_status == "censored_at_max_batch")
             else:
@@ -218,9 +229,9 @@ def _cross_ratios(group: list[tuple[int, Source]], bench: str) -> list[str]:
 
 
 def _row_value(r: Row) -> str:
-    if not r.max_batch or r.search_status in ("invalid_non_memory_failure", "no_passing_batch"):
-        return "—" if r.search_status not in ("invalid_non_memory_failure", "no_passing_batch") else "none"
-    return ("≥ " if r.search_status == "censored_at_max_batch" else "") + f"{r.max_batch:,}"
+    if r.has_figure:
+        return r.figure_text
+    return "none" if r.search_status in ("invalid_non_memory_failure", "no_passing_batch") else "—"
 
 
 def _source_section(src: Source, level: int, plots: list[PlotFile], base: Path, n: int | None) -> list[str]:
@@ -243,6 +254,8 @@ def _source_section(src: Source, level: int, plots: list[PlotFile], base: Path, 
         lines += _ratio_table(ratios) + [""]
     else:
         lines += [f"_Fewer than two engines with a {what} per precision: no ratios._", ""]
+    if src.kind != KITCTL:
+        lines += _stated_figures(src, hh)
     lines += [hh("Caveats"), ""]
     cav = caveats(src)
     lines += [f"- {c}" for c in cav] if cav else ["_None detected._"]
@@ -254,6 +267,19 @@ def _source_section(src: Source, level: int, plots: list[PlotFile], base: Path, 
     lines += [hh("Machine and software"), ""] + _table(["Item", "Value"], machine(src)) + [""]
     lines += [hh("Reproduce"), ""] + reproduce(src) + [""]
     return lines
+
+
+def _stated_figures(src: Source, hh: Callable[[str], str]) -> list[str]:
+    """The reference file's own `metrics`, verbatim: its headline max batches and its ratios."""
+    figs = reference.stated_figures(src.doc)
+    if not figs:
+        return []
+    rows = [[f.precision or "/".join(sorted({p for _, p, _, _ in reference.cells(src.doc)})), f"`{f.metric}.{f.key}`",
+             f.value_text] for f in figs]
+    return [hh("Figures the reference file states"), ""] + _table(["Precision", "Metric", "Value"], rows,
+                                                                   right={2}) + \
+        ["", "As written in its `metrics` (its ratios are OpenNN ÷ the other; kitctl's ratios above put the "
+             "larger first).", ""]
 
 
 def _meta_line(src: Source) -> str:
@@ -281,9 +307,8 @@ def _maxbatch_table(src: Source) -> list[str]:
     rows = []
     for r in src.rows:
         nxt = f"{r.next_batch:,}" + (f" ({r.next_status})" if r.next_status else "") if r.next_batch else "—"
-        capacity = r.search_status in CAPACITY_STATUSES
         rows.append([engine_label(r.engine), r.precision, _row_value(r) if r.max_batch else "—",
-                     _mib(r.peak_mib) if capacity else "—", nxt, r.result])
+                     _mib(r.peak_mib) if r.has_figure else "—", nxt, r.result])
     if not rows:
         return ["_No engine × precision has started yet._"]
     mem = "VRAM" if src.gpu_name is not None else "memory"
@@ -296,6 +321,9 @@ def _maxbatch_table(src: Source) -> list[str]:
                 f"under {gate}); next batch: the verified failure above it. ")
     else:
         foot = "Max batch and next batch as the reference runner recorded them. "
+        if any(r.has_figure and r.reference_claim for r in src.rows):
+            foot += ("\"(reference claim)\": the reference runner's own figure; its next failure is not a "
+                     "classified memory failure, so kitctl's rule would not call it a capacity (see Caveats). ")
     if srcs:
         foot += f"Peak {mem} at max: " + "; ".join(srcs) + "."
     return out + ["", foot.strip()]
@@ -354,11 +382,16 @@ def caveats(src: Source) -> list[str]:
         if r.search_status == "censored_at_max_batch":
             out.append(f"**Censored search** — {label} passed at the largest batch allowed (--max-batch "
                        f"{r.max_batch:,}) without a failure: {r.max_batch:,} is a lower bound, not a capacity.")
+        elif r.has_figure and r.reference_claim:
+            continue  # one caveat for all of them, below
         elif r.search_status == "invalid_non_memory_failure":
             out.append(f"**Non-memory failure** — {label}: the search ended on a failure that is not a memory "
                        f"failure: {r.result.removeprefix('invalid: ')}; no capacity is reported for it.")
         elif r.search_status == "no_passing_batch":
             out.append(f"**No passing batch** — {label}: not even the smallest candidate passed.")
+    claims = [(_cell_label(r.engine, r.precision), r) for r in src.rows if r.has_figure and r.reference_claim]
+    if claims:
+        out.append(reference.claim_caveat(claims))
     for c in _kit_cells(src):
         if c.get("search_status") in CAPACITY_STATUSES:
             other = [t for t in c.get("trials", []) if t["status"] not in MEMORY_FAILURES and t["status"] != "ok"]
@@ -367,9 +400,10 @@ def caveats(src: Source) -> list[str]:
                 out.append(f"**Retried failures** — {_cell_label(c['engine'], c['precision'])}: {len(other)} "
                            f"candidate(s) failed without a memory status ({what}) and were retried.")
     if src.emulated and src.limit_mib is not None:
-        out.append(f"**Emulated smaller card** — the VRAM limit L = {src.limit_mib:,.0f} MiB is below this "
-                   f"{src.gpu_name}'s {src.card_total_mib:,.0f} MiB: the gate held the device delta under "
-                   f"B = {src.budget_mib:,.0f} MiB, but a physical card of that size may differ (driver "
+        card = (f"this {src.gpu_name}'s {_num(src.card_total_mib)} MiB" if src.gpu_name is not None
+                else "the card's memory (the artifact records no GPU)")
+        out.append(f"**Emulated smaller card** — the VRAM limit L = {_num(src.limit_mib)} MiB is below "
+                   f"{card}: the gate held the device delta under B = {_num(src.budget_mib)} MiB, but a physical card of that size may differ (driver "
                    f"reservations, kernel and allocator choices): read it as \"fits in L on this software "
                    f"stack\", not as a measurement on that card.")
     tf32 = _tf32_engines(src)
@@ -534,9 +568,10 @@ def _measured_kitctl(src: Source) -> list[list[str]]:
                         if isinstance(cfg.get("ci_level"), (int, float)) else "")])
     b = d.get("budget")
     if b:
-        emu = f", emulating a smaller card on {src.card_total_mib:,.0f} MiB" if b.get("emulated_smaller_card") else ""
-        rows.append(["VRAM rule", f"L = {b['limit_mib']:,} MiB ({b['limit_source']}{emu}), R = {b['reserve_mib']:,} "
-                     f"MiB, B = L − R = {b['budget_mib']:,} MiB; a host thread samples NVML and kills a candidate "
+        emu = (f", emulating a smaller card on {_num(src.card_total_mib)} MiB" if b.get("emulated_smaller_card")
+               else "")
+        rows.append(["VRAM rule", f"L = {_num(b['limit_mib'])} MiB ({b['limit_source']}{emu}), R = "
+                     f"{_num(b['reserve_mib'])} MiB, B = L − R = {_num(b['budget_mib'])} MiB; a host thread samples NVML and kills a candidate "
                      f"the moment its device delta (used − idle baseline) exceeds B"])
     elif cfg.get("memory_limit_mib"):
         rows.append(["Memory rule", f"--memory-limit {cfg['memory_limit_mib']:,} MiB of host memory per candidate"])
@@ -548,7 +583,7 @@ def _measured_kitctl(src: Source) -> list[list[str]]:
                 f"framework peak {_num(o.get('framework_peak_mib'), 1)} at batch {_int(o.get('batch'))}")
         if c.get("framework_budget_mib") is not None:
             cap = (d["engines"].get(c["engine"]) or {}).get("framework_cap", "")
-            text += f"; framework told B − overhead = {c['framework_budget_mib']:,} MiB" + (f" ({cap})" if cap else "")
+            text += f"; framework told B − overhead = {_num(c['framework_budget_mib'])} MiB" + (f" ({cap})" if cap else "")
         rows.append([f"Calibrated overhead, {_cell_label(c['engine'], c['precision'])}", text])
     rates = [t["peaks"].get("sample_rate_hz") for c in _kit_cells(src)
              for t in [c.get("calibration")] + list(c.get("trials", [])) if t]
@@ -557,7 +592,7 @@ def _measured_kitctl(src: Source) -> list[list[str]]:
         rows.append(["VRAM sampler", f"NVML, {min(rates):,.0f}–{max(rates):,.0f} samples/s achieved over "
                      f"{len(rates)} trials incl. calibration (target ≥ 500)"])
     rows.append(["cuDNN autotuning", "on (--cudnn-benchmark)" if cfg.get("cudnn_benchmark") else "off"])
-    rows.append(["Timeout", f"{cfg.get('timeout_s', 0):,.0f} s per candidate"])
+    rows.append(["Timeout", f"{_num(cfg.get('timeout_s'))} s per candidate"])
     return rows
 
 
@@ -641,9 +676,9 @@ def _machine_kitctl(src: Source) -> list[list[str]]:
                      f"MIG {g.get('mig_mode')}"])
         rows.append(["Driver", f"{g.get('driver')}" + (f" (CUDA driver {g['cuda_driver_version']})"
                                                        if g.get("cuda_driver_version") else "")])
-        mem = f"{g.get('total_mib', 0):,.0f} MiB total"
+        mem = f"{_num(g.get('total_mib'))} MiB total"
         if src.emulated and src.limit_mib:
-            mem += f"; VRAM limit L = {src.limit_mib:,.0f} MiB (emulated smaller card)"
+            mem += f"; VRAM limit L = {_num(src.limit_mib)} MiB (emulated smaller card)"
         rows.append(["Memory", mem])
         c, mx = g.get("clocks_mhz") or {}, g.get("max_clocks_mhz") or {}
         if c:

@@ -16,7 +16,10 @@ from rich.table import Table
 
 from .artifact import ArtifactError
 
-EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_NOT_COMPARABLE = 0, 1, 2, 3
+# A value the schema lets through but the renderer cannot use (an artifact written by hand or by
+# another version): one line naming the file, never a traceback.
+_RENDER_ERRORS = (TypeError, ValueError, KeyError, AttributeError, ZeroDivisionError, IndexError)
 
 _err = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -35,6 +38,22 @@ def _emit(md: str) -> None:
     else:
         sys.stdout.write(md)
         sys.stdout.flush()
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """A temporary file beside `path`, renamed into place: a full disk leaves no truncated report."""
+    import os
+
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
 
 
 def report(
@@ -59,11 +78,15 @@ def report(
         except PlotError as exc:
             _fail(str(exc))
     link_dir = out.parent if out is not None else Path(".")
-    md = render(sources, files, link_dir)
+    try:
+        md = render(sources, files, link_dir)
+    except _RENDER_ERRORS as exc:
+        _fail(f"cannot render {', '.join(str(p) for p in results)}: a value of an unexpected type or form "
+              f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]})")
     if out is not None:
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(md, encoding="utf-8")
+            _write_atomic(out, md)
         except OSError as exc:
             _fail(f"cannot write {out}: {exc.strerror or exc}")
     _emit(md)
@@ -77,8 +100,14 @@ def compare(
     new: Path = typer.Argument(..., help="The result to check against it."),
     threshold: float = typer.Option(5.0, "--threshold", help="Percent drop that counts as a regression (exit 1)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Also write the comparison as Markdown."),
+    force: bool = typer.Option(False, "--force", help="Compare results that measure different things (another "
+                               "device, GPU model, VRAM limit, input geometry, model; for throughput dataset or "
+                               "batch) instead of exiting 3."),
 ) -> None:
-    """Per engine × precision change between two results; exit 1 on a regression beyond --threshold."""
+    """Per engine × precision change between two results.
+
+    Exit 0: no regression; 1: a regression beyond --threshold; 2: bad files or flags; 3: not
+    comparable (the results measure different things; --force compares them anyway)."""
     from . import compare as cmpmod
     from .sources import load_source
     from .summary import engine_label
@@ -87,12 +116,16 @@ def compare(
         _fail(f"--threshold must be a percentage ≥ 0 (got {threshold})")
     try:
         o, n = load_source(old), load_source(new)
-        cmp = cmpmod.compare(o, n, threshold)
+        cmp = cmpmod.compare(o, n, threshold, force=force)
+        md = cmpmod.render_markdown(cmp, o, n)
     except ArtifactError as exc:
         _fail(str(exc))
+    except _RENDER_ERRORS as exc:
+        _fail(f"cannot compare {old} and {new}: a value of an unexpected type or form "
+              f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]})")
     if out is not None:
         try:
-            out.write_text(cmpmod.render_markdown(cmp, o, n), encoding="utf-8")
+            _write_atomic(out, md)
         except OSError as exc:
             _fail(f"cannot write {out}: {exc.strerror or exc}")
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
@@ -105,9 +138,15 @@ def compare(
         t.add_row(engine_label(c.engine), c.precision, c.old, c.new, cmpmod.pct_text(c.pct),
                   f"[{styles[c.flag]}]{c.flag}[/]" if c.flag in styles else c.flag, c.note)
     console.print(t)
+    if cmp.incomparable:
+        console.print(cmpmod.not_comparable_text(cmp), markup=False)
     if cmp.context:
         console.print(f"note: the two results also differ in: {'; '.join(cmp.context)}", markup=False)
+    for line in cmp.stated:
+        console.print(line, markup=False)
     console.print(cmpmod.verdict(cmp), markup=False)
+    if cmp.not_comparable:
+        raise typer.Exit(EXIT_NOT_COMPARABLE)
     raise typer.Exit(EXIT_REGRESSION if cmp.regressions else EXIT_OK)
 
 

@@ -33,8 +33,8 @@ def headline(src) -> str:
     parts = []
     if src.benchmark == "maxbatch":
         for r in src.rows:
-            if r.has_capacity:
-                v = ("≥ " if r.search_status == "censored_at_max_batch" else "") + f"{r.max_batch:,}"
+            if r.has_figure:
+                v = r.figure_text
             elif r.search_status == "invalid_non_memory_failure":
                 v = "invalid"
             elif r.search_status == "no_passing_batch":

@@ -20,17 +20,22 @@ from .runtimes.base import CandidateHandle
 BASELINE_READS = 5
 PROCESS_EVERY_S = 0.02  # per-process query cadence (it costs ~ms on big hosts)
 PID_REFRESH_S = 0.1  # re-list the candidate's host PIDs (forks, compile workers)
+# After a gate kill, how long to wait for the card to give the memory back (and how close to the
+# idle baseline counts as back): the next candidate's baseline must not include a dead one's memory.
+RELEASE_WAIT_S = 10.0
+RELEASE_SLACK_MIB = 64.0
 
 
 class NvmlSampler:
     """Implements runtimes.base.Watcher."""
 
     def __init__(self, nvml: Nvml, handle: Any, budget_mib: float | None, *,
-                 min_interval_s: float = 0.0005) -> None:
+                 min_interval_s: float = 0.0005, release_wait_s: float = RELEASE_WAIT_S) -> None:
         self.nvml = nvml
         self.h = handle
         self.budget_mib = budget_mib
         self.min_interval_s = min_interval_s  # cap the rate (~2 kHz) so one core is not pinned
+        self.release_wait_s = release_wait_s
         self.baseline_mib: float | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -42,6 +47,7 @@ class NvmlSampler:
         self.samples = 0
         self.tripped = False
         self.tripped_at_mib: float | None = None
+        self._t_tripped: float | None = None
         self._t_start = 0.0
         self._t_end = 0.0
 
@@ -69,7 +75,24 @@ class NvmlSampler:
         return MemoryPeaks(device_delta_mib=round(self.peak_delta, 1),
                            process_mib=None if self.peak_process is None else round(self.peak_process, 1),
                            baseline_mib=None if self.baseline_mib is None else round(self.baseline_mib, 1),
-                           samples=self.samples, sample_rate_hz=round(self.samples / dur, 1))
+                           samples=self.samples, sample_rate_hz=round(self.samples / dur, 1),
+                           release_s=self._wait_released() if self.tripped else None)
+
+    def _wait_released(self) -> float | None:
+        """Seconds from the gate's kill until the device is back within RELEASE_SLACK_MIB of the
+        idle baseline; None if it is not back within release_wait_s (the artifact says so)."""
+        base = self.baseline_mib or 0.0
+        t_kill = self._t_tripped if self._t_tripped is not None else time.monotonic()
+        deadline = time.monotonic() + self.release_wait_s
+        while True:
+            try:
+                if self.nvml.used_mib(self.h) - base <= RELEASE_SLACK_MIB:
+                    return round(time.monotonic() - t_kill, 3)
+            except Exception:  # a transient NVML error: ask again
+                pass
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.005)
 
     @property
     def over_budget(self) -> bool:
@@ -85,6 +108,7 @@ class NvmlSampler:
         if self.budget_mib is not None and delta > self.budget_mib and not self.tripped:
             self.tripped = True
             self.tripped_at_mib = delta
+            self._t_tripped = time.monotonic()
             handle.kill(KilledBy.KIT_VRAM_GATE)
 
     def observe_processes(self, pids: set[int]) -> None:

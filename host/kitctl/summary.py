@@ -14,6 +14,10 @@ from .engines import ENGINES
 
 MEMORY_FAILURES = frozenset({"oom", "vram_cap_exceeded", "host_oom_killed"})
 CAPACITY_STATUSES = frozenset({"bounded_by_memory_failure", "censored_at_max_batch"})
+# The reference runner's V1 files: the batch after max failed with a word that is not a memory
+# failure (`exit_1`: V1 records every non-zero exit so, an out-of-memory exit included). Only
+# reference rows carry it; kitctl's own searches never end so.
+UNCLASSIFIED_NEXT = "unclassified_next_failure"
 
 
 @dataclass(frozen=True)
@@ -27,10 +31,26 @@ class Row:
     next_status: str | None
     result: str
     search_status: str | None = None
+    # The max batch is the reference runner's own figure, shown and compared as its claim although
+    # kitctl's rule would not make it a capacity (its next failure is not a classified memory failure).
+    reference_claim: bool = False
 
     @property
     def has_capacity(self) -> bool:
         return bool(self.max_batch) and self.search_status in CAPACITY_STATUSES
+
+    @property
+    def has_figure(self) -> bool:
+        """A max batch to show, compare and plot: a capacity, or the reference runner's claim."""
+        return self.has_capacity or (self.reference_claim and bool(self.max_batch))
+
+    @property
+    def figure_text(self) -> str:
+        """"8,832", "≥ 4,096" (censored), "4,752 (reference claim)"; "" without a figure."""
+        if not self.has_figure:
+            return ""
+        text = ("≥ " if self.search_status == "censored_at_max_batch" else "") + f"{self.max_batch:,}"
+        return text + (" (reference claim)" if self.reference_claim else "")
 
 
 @dataclass(frozen=True)
@@ -75,10 +95,12 @@ class Ratio:
     value: float
     what: str  # "larger batch" | "faster"
     bound: str = ""
+    claim: bool = False  # a side is the reference runner's claim (Row.reference_claim)
 
     @property
     def value_text(self) -> str:
-        return f"{self.bound + ' ' if self.bound else ''}{self.value:.2f}× {self.what}"
+        return (f"{self.bound + ' ' if self.bound else ''}{self.value:.2f}× {self.what}"
+                + (" (reference claim)" if self.claim else ""))
 
     def text(self, with_precision: bool = True) -> str:
         p = f" ({self.precision})" if with_precision else ""
@@ -117,6 +139,8 @@ def result_text(search_status: str | None, next_status: str | None, next_batch: 
         return "no passing batch"
     if search_status == "invalid_non_memory_failure":
         return f"invalid: {reason or 'non-memory failure'}"
+    if search_status == UNCLASSIFIED_NEXT:
+        return f"next failure unclassified ({reason or next_status})"
     return state or "pending"
 
 
@@ -170,14 +194,16 @@ def failures_below_pass(points: Iterable[TrialPoint]) -> list[tuple[TrialPoint, 
     return out
 
 
-def _ratio_pairs(items: list[tuple[str, str, float, bool]], what: str) -> list[Ratio]:
+def _ratio_pairs(items: list[tuple[str, str, float, bool]], what: str,
+                 claims: frozenset[tuple[str, str]] = frozenset()) -> list[Ratio]:
     """items: (engine, precision, value > 0, value is only a lower bound) in the artifact's
-    order. Per precision: each engine against the first listed, then family bests against each
+    order; `claims`: the (engine, precision) whose value is the reference runner's claim. Per precision: each engine against the first listed, then family bests against each
     other (a family with one engine goes by the engine's label); a pair is stated once, the
     larger first; a pair of two lower bounds says nothing and is left out."""
     out: list[Ratio] = []
     for precision in dict.fromkeys(p for _, p, _, _ in items):
         valid = [(e, v, lb) for e, p, v, lb in items if p == precision]
+        claimed = {e for e, p in claims if p == precision}
         if len(valid) < 2:
             continue
         seen: set[frozenset[str]] = set()
@@ -189,8 +215,11 @@ def _ratio_pairs(items: list[tuple[str, str, float, bool]], what: str) -> list[R
             if key in seen or (la and lb):
                 return
             seen.add(key)
-            out.append(Ratio(precision, a, b, va / vb, what, "≥" if la else "≤" if lb else ""))
+            out.append(Ratio(precision, a, b, va / vb, what, "≥" if la else "≤" if lb else "",
+                             bool(names_claimed & {a, b})))
 
+        # A family best ("PyTorch best") is a claim when its best member is.
+        names_claimed = {engine_label(e) for e in claimed}
         base_e, base_v, base_lb = valid[0]
         for e, v, lb in valid[1:]:
             add(engine_label(e), v, lb, engine_label(base_e), base_v, base_lb)
@@ -201,7 +230,10 @@ def _ratio_pairs(items: list[tuple[str, str, float, bool]], what: str) -> list[R
         def best(fam: str) -> tuple[str, float, bool]:
             members = fams[fam]
             e, v, lb = max(members, key=lambda m: m[1])
-            return (engine_label(e) if len(members) == 1 else f"{fam} best"), v, lb
+            name = engine_label(e) if len(members) == 1 else f"{fam} best"
+            if e in claimed:
+                names_claimed.add(name)
+            return name, v, lb
 
         names = list(fams)
         for i, fa in enumerate(names):
@@ -211,11 +243,11 @@ def _ratio_pairs(items: list[tuple[str, str, float, bool]], what: str) -> list[R
 
 
 def ratio_pairs(rows: list[Row]) -> list[Ratio]:
-    """Max-batch ratios per precision, over the cells that have a capacity."""
-    items = [(r.engine, r.precision, float(r.max_batch), r.search_status == "censored_at_max_batch")
-             for r in rows if r.max_batch and not r.result.startswith("invalid")
-             and r.search_status not in ("no_passing_batch", "invalid_non_memory_failure")]
-    return _ratio_pairs(items, "larger batch")
+    """Max-batch ratios per precision, over the cells that have a capacity or a reference claim."""
+    items = [(r.engine, r.precision, float(r.max_batch), r.search_status == "censored_at_max_batch")  # type: ignore[arg-type]
+             for r in rows if r.has_figure]
+    claims = frozenset((r.engine, r.precision) for r in rows if r.has_figure and r.reference_claim)
+    return _ratio_pairs(items, "larger batch", claims)
 
 
 def ratios(rows: list[Row]) -> list[str]:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Compile-check the OpenNN-facing trial (src/opennn_trial.cpp) where OpenNN itself cannot be
+# Compile-check the OpenNN-facing trial (src/opennn_trial.cpp, src/kit_cuda_graph_hooks.cpp) where OpenNN itself cannot be
 # built (GCC < 13, no CUDA): clang 18 + libc++ from the `ziglang` wheel compiles the trial's
 # translation unit against OpenNN's headers, Eigen's headers and CUDA/cuDNN headers from NVIDIA's
 # PyPI wheels, once with OPENNN_HAS_CUDA (the GPU build) and once without (a CPU-only OpenNN),
@@ -91,7 +91,8 @@ common=(-std=c++20 -O0 -target x86_64-linux-gnu -Wall -Wextra
 
 status=0
 echo "== trial, OPENNN_HAS_CUDA (GPU build)"
-if zigcxx "${common[@]}" -DOPENNN_HAS_CUDA "${cuda_includes[@]}" -c -o "$work/trial_cuda.o" "$here/src/opennn_trial.cpp"; then
+if zigcxx "${common[@]}" -DOPENNN_HAS_CUDA "${cuda_includes[@]}" -c -o "$work/trial_cuda.o" "$here/src/opennn_trial.cpp" &&
+   zigcxx "${common[@]}" -DOPENNN_HAS_CUDA "${cuda_includes[@]}" -c -o "$work/hooks_cuda.o" "$here/src/kit_cuda_graph_hooks.cpp"; then
   echo "ok"
 else
   status=1

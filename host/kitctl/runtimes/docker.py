@@ -7,7 +7,8 @@ Through the Docker SDK for Python (never the docker CLI). Per candidate:
   `kit.batch`, `kit.precision`; networking off; the dataset bind-mounted read-only at /data;
   every capability dropped and no-new-privileges; a RAM limit without swap when asked
   (`--memory-limit`, the memory budget of `--device cpu`); on `--device cuda` the GPU attached
-  by a `DeviceRequest` naming its UUID;
+  by a `DeviceRequest` naming its UUID, in whichever of the two ways the daemon supports
+  (`GpuRequest`: the NVIDIA Container Toolkit's `--gpus` style, or CDI), probed once per run;
 * start it; the watcher (NVML sampler) sees the container's host PIDs through `top()` and may
   kill it; the kit's own deadline kills it (the SDK's wait timeout is only a read timeout);
 * read stdout and stderr separately, then inspect `State.OOMKilled`, before removing it;
@@ -24,12 +25,14 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..outcome import KilledBy, MemoryPeaks, TrialOutcome
 from ..protocol import TrialRequest
 from .base import RawRun, Runtime, RuntimeUnavailable, Stopwatch, Watcher, classify
+from .processes import pid_alive as _pid_alive, process_start as _process_start
 
 try:  # the SDK is a dependency of kitctl, but `--runtime local` must work without it
     import docker
@@ -52,11 +55,19 @@ DATA_MOUNT = "/data"
 DEFAULT_SHM = "1g"  # torch's DataLoader/shared tensors outgrow Docker's 64 MiB /dev/shm
 KILL_WAIT_S = 30.0  # how long to wait for a killed container to be reported exited
 
+# The two ways a Docker daemon hands out an NVIDIA GPU (`--gpu-request`), and how to enable each.
+GPU_REQUEST_KINDS = ("toolkit", "cdi")
+CDI_GPU_KIND = "nvidia.com/gpu"  # the CDI device kind `nvidia-ctk cdi generate` writes
+FIX_TOOLKIT = ("install the NVIDIA Container Toolkit, then `sudo nvidia-ctk runtime configure --runtime=docker` "
+               "and restart Docker")
+FIX_CDI = ("generate a CDI spec with `sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml` (Docker < 28.2 also "
+           "needs the cdi feature: daemon.json {\"features\": {\"cdi\": true}}) and restart Docker")
 NO_NVIDIA_RUNTIME = (
-    "the Docker daemon has no NVIDIA runtime: install the NVIDIA Container Toolkit (nvidia-ctk) "
-    "and restart Docker, or use --runtime local / --device cpu"
+    f"the Docker daemon cannot attach a GPU: {FIX_TOOLKIT}; or {FIX_CDI}; or use --runtime local / --device cpu"
 )
-_NO_DRIVER_MARKERS = ("could not select device driver", "nvidia-container-cli", "unknown or invalid runtime name: nvidia")
+# Daemon errors that mean "this GPU request is not supported here", not "the trial failed".
+_NO_DRIVER_MARKERS = ("could not select device driver", "nvidia-container-cli", "unknown or invalid runtime name: nvidia",
+                      "CDI device", "unresolvable CDI", "CDI spec")
 
 ImageSpec = str | Mapping[str, str] | Callable[[str], str]
 
@@ -90,6 +101,91 @@ def _daemon_down(exc: BaseException) -> RuntimeUnavailable:
 def _short(exc: BaseException, limit: int = 300) -> str:
     text = _one_line(exc)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# ---- how a container gets the GPU ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class GpuRequest:
+    """One way of asking the daemon for the GPU (DESIGN.md "Runtimes").
+
+    `toolkit`: `DeviceRequest(device_ids=[UUID], capabilities=[["gpu"]])`, what `docker run --gpus`
+    sends; the NVIDIA Container Toolkit's hook serves it. `cdi`: `DeviceRequest(driver="cdi",
+    device_ids=["nvidia.com/gpu=UUID"])`, served by the daemon itself from a CDI spec (Docker >= 25
+    with the cdi feature, on by default from 28.2; Podman >= 5.4). Without a UUID: any one GPU
+    (toolkit, count=1) or every GPU the spec names (CDI, `=all`); kitctl run always names one.
+    """
+
+    kind: str  # one of GPU_REQUEST_KINDS
+    gpu_uuid: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in GPU_REQUEST_KINDS:
+            raise ValueError(f"GPU request kind must be one of {', '.join(GPU_REQUEST_KINDS)}, not {self.kind!r}")
+
+    @property
+    def device_id(self) -> str | None:
+        if self.kind == "cdi":
+            return f"{CDI_GPU_KIND}={self.gpu_uuid or 'all'}"
+        return self.gpu_uuid
+
+    def device_request(self) -> Any:
+        if self.kind == "cdi":
+            return docker.types.DeviceRequest(driver="cdi", device_ids=[self.device_id])
+        if self.gpu_uuid:
+            return docker.types.DeviceRequest(device_ids=[self.gpu_uuid], capabilities=[["gpu"]])
+        return docker.types.DeviceRequest(count=1, capabilities=[["gpu"]])
+
+    def describe(self) -> str:
+        how = "the NVIDIA Container Toolkit" if self.kind == "toolkit" else "CDI"
+        return f"{how} ({self.device_id or 'any one GPU'})"
+
+    def refused(self, daemon_error: str) -> str:
+        """One line: the daemon's own error for this request, and how to make this kind work."""
+        fix = FIX_TOOLKIT if self.kind == "toolkit" else FIX_CDI
+        other = "cdi" if self.kind == "toolkit" else "toolkit"
+        return (f"the Docker daemon cannot attach the GPU through {self.describe()}: {daemon_error}; "
+                f"to fix: {fix}; or try --gpu-request {other}, or use --runtime local")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"gpu_request": self.kind, "gpu_device_id": self.device_id}
+
+
+@dataclass(frozen=True)
+class GpuProbe:
+    """What the throw-away probe containers said: the request that works (or None) and every try."""
+
+    request: GpuRequest | None
+    tried: tuple[tuple[GpuRequest, str | None], ...]  # (request, None when it worked else the daemon's line)
+
+    @property
+    def ok(self) -> bool:
+        return self.request is not None
+
+    def refusal(self) -> str:
+        """One line for a daemon that attached the GPU by none of the requests tried."""
+        failed = [(r, why) for r, why in self.tried if why is not None]
+        if len(failed) == 1:
+            return failed[0][0].refused(failed[0][1] or "")
+        tried = "; ".join(f"{r.describe()}: {why}" for r, why in failed)
+        return (f"the Docker daemon cannot attach a GPU — {tried}; to fix: {FIX_TOOLKIT}; or {FIX_CDI}; "
+                f"or use --runtime local / --device cpu")
+
+
+def gpu_request_order(client: Any) -> tuple[str, ...]:
+    """The kinds `--gpu-request auto` tries, most likely first, from `docker info`.
+
+    CDI first only where the daemon lists CDI spec dirs (Docker >= 25 with the cdi feature on)
+    and no `nvidia` runtime (the toolkit's `runtime configure`); else the toolkit first, as
+    kitctl always did. Both are tried either way: info only orders them.
+    """
+    try:
+        info = client.info() or {}
+    except Exception:  # noqa: BLE001  a daemon that answers ping but not info: both, in the old order
+        info = {}
+    has_toolkit = "nvidia" in (info.get("Runtimes") or {})
+    has_cdi = bool(info.get("CDISpecDirs"))
+    return ("cdi", "toolkit") if has_cdi and not has_toolkit else ("toolkit", "cdi")
 
 
 def docker_client(timeout: float = 60.0) -> Any:
@@ -151,6 +247,10 @@ def image_provenance(client: Any, image: str) -> dict[str, Any]:
         "framework_version": labels.get("kit.framework.version"),
         "cuda_version": labels.get("kit.cuda.version"),
         "trial_protocol": labels.get("kit.trial-protocol"),
+        # What the image is built on: e.g. "host-userland" (the GPU machine's own /usr and venv,
+        # not the pinned CUDA image), with a sentence saying so; None for images without the label.
+        "base": labels.get("kit.base"),
+        "base_note": labels.get("kit.base.note"),
     }
 
 
@@ -188,7 +288,7 @@ def build_image(client: Any, spec: Any, *, on_line: Callable[[str], None] | None
             if "aux" in chunk and isinstance(chunk["aux"], dict) and chunk["aux"].get("ID"):
                 image_id = chunk["aux"]["ID"]
             if "error" in chunk:
-                msg = " ".join(str(chunk["error"]).split())
+                msg = _build_failure(" ".join(str(chunk["error"]).split()), tail)
                 raise ImageBuildError(f"building {spec.image} failed: {msg[:300]}", "\n".join(tail))
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
         if isinstance(exc, docker.errors.APIError):
@@ -199,33 +299,38 @@ def build_image(client: Any, spec: Any, *, on_line: Callable[[str], None] | None
     return image_id
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_BUILDER_LINE = re.compile(r"^(Step \d+/\d+ :| ---> |Removing intermediate container|Successfully )")
+
+
+def _build_failure(msg: str, tail: list[str]) -> str:
+    """A failed RUN's headline is its whole command; say instead what the step itself printed last
+    (e.g. the Dockerfile's one-line check), and its exit code."""
+    m = re.match(r"The command '.*' returned a non-zero code: (\d+)$", msg)
+    if not m:
+        return msg
+    step: list[str] = []
+    for line in tail:  # the failed step's output only
+        step = [] if line.startswith("Step ") else [*step, line]
+    # The classic builder wraps the step's stderr in ESC[91m … ESC[0m: its last line first.
+    last_err = last_out = None
+    in_err = False
+    for line in step:
+        if "\x1b[91m" in line:
+            in_err = True
+        text = " ".join(_ANSI.sub("", line).split())
+        if text and not _BUILDER_LINE.match(text):
+            if in_err:
+                last_err = text
+            else:
+                last_out = text
+        if "\x1b[0m" in line:
+            in_err = False
+    text = last_err or last_out
+    return f"{text} (a RUN step exited {m.group(1)})" if text else msg
+
+
 # ---- owners and orphans ----------------------------------------------------------------------
-
-def _process_start(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (/proc/PID/stat field 22), or None."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        return fields[19].decode()
-    except (OSError, IndexError):
-        return None
-
-
-def _pid_alive(pid: int, start: str | None = None) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # exists, owned by someone else
-    if start:
-        now = _process_start(pid)
-        if now is not None and now != start:
-            return False  # the PID was reused by another process
-    return True
-
 
 def _hostname() -> str:
     return socket.gethostname()
@@ -354,6 +459,26 @@ def _decode(b: bytes | str | None) -> str:
     return b if isinstance(b, str) else b.decode("utf-8", "replace")
 
 
+def _removed_while_running(container: Any) -> str:
+    return (f"container {container.short_id} was removed by someone else while the candidate ran "
+            f"(e.g. `docker rm -f`, `docker container prune`), so it has no result; the Docker daemon "
+            f"itself answers")
+
+
+def _vanished(client: Any, container: Any, exc: BaseException) -> bool:
+    """Was the container removed (or is it being removed) rather than the daemon failing?"""
+    text = _one_line(exc).lower()
+    if any(m in text for m in ("marked for removal", "removal in progress", "no such container")):
+        return True
+    try:
+        state = client.containers.get(container.id).attrs.get("State") or {}
+    except docker.errors.NotFound:
+        return True
+    except Exception:
+        return False
+    return state.get("Status") in ("removing", "dead") or bool(state.get("Dead"))
+
+
 def _container_name(run_id: str, request: TrialRequest) -> str:
     run = re.sub(r"[^a-zA-Z0-9_.-]", "-", run_id)[:40] or "run"
     return f"kit-{run}-{request.engine}-{request.precision}-b{request.batch}-{uuid.uuid4().hex[:6]}"
@@ -365,13 +490,19 @@ class DockerRuntime(Runtime):
     def __init__(self, image: ImageSpec, *, run_id: str, device: str = "cuda",
                  gpu_uuid: str | None = None, memory_limit_mib: int | None = None,
                  data_dir: str | None = None, client: Any = None,
-                 env: Mapping[str, str] | None = None, shm_size: str = DEFAULT_SHM) -> None:
+                 env: Mapping[str, str] | None = None, shm_size: str = DEFAULT_SHM,
+                 gpu_request: str = "auto") -> None:
         if device not in ("cuda", "cpu"):
             raise ValueError(f"device must be cuda or cpu, not {device!r}")
+        if gpu_request != "auto" and gpu_request not in GPU_REQUEST_KINDS:
+            raise ValueError(f"gpu_request must be auto, {' or '.join(GPU_REQUEST_KINDS)}, not {gpu_request!r}")
         self._image = image
         self.run_id = run_id
         self.device = device
         self.gpu_uuid = gpu_uuid
+        # "auto": probed once, at the first GPU candidate (from_cli probes before and passes the kind).
+        self._gpu_request: GpuRequest | None = (GpuRequest(gpu_request, gpu_uuid) if gpu_request != "auto"
+                                                else None)
         self.memory_limit_mib = memory_limit_mib
         self.data_dir = str(Path(data_dir).resolve()) if data_dir else None
         self.extra_env = dict(env or {})
@@ -393,6 +524,15 @@ class DockerRuntime(Runtime):
             except KeyError:
                 raise RuntimeUnavailable(f"no image configured for engine {engine}") from None
         return spec
+
+    def gpu_request(self, engine: str) -> GpuRequest:
+        """How this run's containers get the GPU; with "auto", probed once (engine's image)."""
+        if self._gpu_request is None:
+            probe = probe_gpu_request(self.client, self.image_for(engine), self.gpu_uuid, "auto")
+            if probe.request is None:
+                raise RuntimeUnavailable(probe.refusal())
+            self._gpu_request = probe.request
+        return self._gpu_request
 
     def labels(self, request: TrialRequest) -> dict[str, str]:
         return {
@@ -434,12 +574,8 @@ class DockerRuntime(Runtime):
             limit = f"{int(self.memory_limit_mib)}m"
             kw["mem_limit"] = limit
             kw["memswap_limit"] = limit  # equal: no swap, the limit is the limit
-        if request.device == "cuda":  # the GPU NVML resolved, by UUID
-            if self.gpu_uuid:
-                req = docker.types.DeviceRequest(device_ids=[self.gpu_uuid], capabilities=[["gpu"]])
-            else:
-                req = docker.types.DeviceRequest(count=1, capabilities=[["gpu"]])
-            kw["device_requests"] = [req]
+        if request.device == "cuda":  # the GPU NVML resolved, by UUID, the way this daemon takes it
+            kw["device_requests"] = [self.gpu_request(request.engine).device_request()]
         return kw
 
     # -- one candidate --------------------------------------------------------------------------
@@ -453,17 +589,19 @@ class DockerRuntime(Runtime):
                 f"image {kw['image']} is not present: build it with `kitctl images build {request.engine}` "
                 f"(or `docker compose build`)") from None
         except docker.errors.APIError as exc:
+            if request.device == "cuda" and _is_gpu_refusal(exc):
+                raise RuntimeUnavailable(self.gpu_request(request.engine).refused(_short(exc, 300))) from None
             raise RuntimeUnavailable(f"the Docker daemon refused to create the container: {_short(exc, 300)}") from None
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             raise _daemon_down(exc) from None
 
-    def _start(self, container: Any) -> None:
+    def _start(self, container: Any, request: TrialRequest) -> None:
         try:
             container.start()
         except docker.errors.APIError as exc:
-            text = _one_line(exc)
-            if any(m in text for m in _NO_DRIVER_MARKERS):
-                raise RuntimeUnavailable(NO_NVIDIA_RUNTIME) from None
+            if request.device == "cuda" and _is_gpu_refusal(exc):
+                # The daemon's own words, one line, and the fix for the kind of request it refused.
+                raise RuntimeUnavailable(self.gpu_request(request.engine).refused(_short(exc, 300))) from None
             raise RuntimeUnavailable(f"the Docker daemon could not start the container: {_short(exc, 300)}") from None
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             raise _daemon_down(exc) from None
@@ -500,7 +638,7 @@ class DockerRuntime(Runtime):
             if watcher is not None:
                 watcher.prepare()
             clock = Stopwatch()
-            self._start(container)
+            self._start(container, request)
             if watcher is not None:
                 watcher.start(handle)
                 watcher_started = True
@@ -522,8 +660,14 @@ class DockerRuntime(Runtime):
             container.reload()
             state = container.attrs.get("State") or {}
         except docker.errors.NotFound:
-            raise RuntimeUnavailable(f"container {container.short_id} vanished while it ran "
-                                     f"(removed by someone else?)") from None
+            raise RuntimeUnavailable(_removed_while_running(container)) from None
+        except docker.errors.APIError as exc:
+            # The daemon answered, so it is not down: either the container was removed under us
+            # (`docker rm -f`: 409 "dead or marked for removal" on logs/inspect) or it refused.
+            if _vanished(self.client, container, exc):
+                raise RuntimeUnavailable(_removed_while_running(container)) from None
+            raise RuntimeUnavailable(f"the Docker daemon refused to read container {container.short_id}: "
+                                     f"{_short(exc)}") from None
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             raise _daemon_down(exc) from None
         finally:
@@ -577,6 +721,9 @@ class DockerRuntime(Runtime):
             out["docker_version"] = None
         out["device"] = self.device
         out["gpu_uuid"] = self.gpu_uuid if self.device == "cuda" else None
+        # How the GPU was attached (toolkit or CDI) and the device id the daemon got.
+        out.update(self.gpu_request(engine).to_json() if self.device == "cuda"
+                   else {"gpu_request": None, "gpu_device_id": None})
         out["memory_limit_mib"] = self.memory_limit_mib
         return out
 
@@ -593,6 +740,11 @@ class DockerRuntime(Runtime):
                 pass
 
 
+def _is_gpu_refusal(exc: BaseException) -> bool:
+    text = _one_line(exc)
+    return any(m in text for m in _NO_DRIVER_MARKERS)
+
+
 def _is_read_timeout(exc: BaseException) -> bool:
     if isinstance(exc, requests.exceptions.ReadTimeout):
         return True
@@ -602,18 +754,12 @@ def _is_read_timeout(exc: BaseException) -> bool:
 
 # ---- GPU probe and the CLI's entry point ----------------------------------------------------------
 
-def probe_gpu(client: Any, image: str, gpu_uuid: str | None, *, timeout_s: float = 120.0) -> str | None:
-    """Can this daemon start a container of `image` with the GPU attached? None if yes, else one line.
-
-    A throw-away container (`/bin/true`, network off, labelled as the kit's) is created, started
-    and removed; `kitctl doctor` and `--runtime docker|auto` on `--device cuda` use it.
-    """
-    req = (docker.types.DeviceRequest(device_ids=[gpu_uuid], capabilities=[["gpu"]]) if gpu_uuid
-           else docker.types.DeviceRequest(count=1, capabilities=[["gpu"]]))
+def _probe_one(client: Any, image: str, req: GpuRequest, timeout_s: float) -> str | None:
+    """Start a throw-away container of `image` (`/bin/true`) with `req`; None if it ran, else one line."""
     labels = {LABEL_RUN_ID: "gpu-probe", **owner_labels()}
     try:
         c = client.containers.create(image, entrypoint=["/bin/true"], command=[], labels=labels,
-                                     network_mode="none", device_requests=[req], detach=True)
+                                     network_mode="none", device_requests=[req.device_request()], detach=True)
     except docker.errors.ImageNotFound:
         return f"image {image} is not present"
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
@@ -623,18 +769,42 @@ def probe_gpu(client: Any, image: str, gpu_uuid: str | None, *, timeout_s: float
         res = c.wait(timeout=timeout_s)
         code = res.get("StatusCode")
         return None if code == 0 else f"the GPU probe container exited with code {code}"
-    except docker.errors.APIError as exc:
-        text = _one_line(exc)
-        if any(m in text for m in _NO_DRIVER_MARKERS):
-            return NO_NVIDIA_RUNTIME
-        return f"the Docker daemon could not start a container with the GPU: {_short(exc, 300)}"
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-        return _short(exc, 300)
+        return _short(exc, 300)  # the daemon's own error (e.g. could not select device driver …)
     finally:
         try:
             _remove(c)
         except Exception:
             pass
+
+
+def probe_gpu_request(client: Any, image: str, gpu_uuid: str | None, want: str = "auto", *,
+                      timeout_s: float = 120.0, every: bool = False) -> GpuProbe:
+    """Which GPU request does this daemon honour? Throw-away containers (`/bin/true`, network off,
+    labelled as the kit's, removed) of `image`: `want` alone, or for "auto" both kinds in
+    `gpu_request_order`, stopping at the first that works (`every`: try all, for `kitctl doctor`).
+    """
+    if want != "auto" and want not in GPU_REQUEST_KINDS:
+        raise ValueError(f"GPU request must be auto, {' or '.join(GPU_REQUEST_KINDS)}, not {want!r}")
+    kinds = gpu_request_order(client) if want == "auto" else (want,)
+    tried: list[tuple[GpuRequest, str | None]] = []
+    found: GpuRequest | None = None
+    for kind in kinds:
+        req = GpuRequest(kind, gpu_uuid)
+        why = _probe_one(client, image, req, timeout_s)
+        tried.append((req, why))
+        if why is None and found is None:
+            found = req
+            if not every:
+                break
+    return GpuProbe(found, tuple(tried))
+
+
+def probe_gpu(client: Any, image: str, gpu_uuid: str | None, *, timeout_s: float = 120.0,
+              want: str = "auto") -> str | None:
+    """Can this daemon start a container of `image` with the GPU attached? None if yes, else one line."""
+    probe = probe_gpu_request(client, image, gpu_uuid, want, timeout_s=timeout_s)
+    return None if probe.ok else probe.refusal()
 
 
 def compose_images(engines: list[Any], variant: str | None = None,
@@ -657,15 +827,36 @@ def compose_images(engines: list[Any], variant: str | None = None,
         raise RuntimeUnavailable(str(exc)) from None
 
 
+def _check_kit_labels(client: Any, images: dict[str, str]) -> None:
+    """An image counts as the engine's only with the kit's labels (imagestore.engine_image_problem)."""
+    from ..engines import ENGINES
+    from ..imagestore import engine_image_problem
+
+    for engine, img in images.items():
+        try:
+            labels = client.images.get(img).labels
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise RuntimeUnavailable(f"cannot inspect image {img}: {_short(exc)}") from None
+        service = ENGINES[engine].service if engine in ENGINES else engine
+        problem = engine_image_problem(labels, service)
+        if problem is not None:
+            raise RuntimeUnavailable(f"image {img} (engine {engine}) is not the kit's {service} image: {problem}; "
+                                     f"build it with `kitctl images build {service}`")
+
+
 def from_cli(*, engines: list[Any], device: str, gpu_uuid: str | None, run_id: str,
              memory_limit_mib: int | None = None, data_dir: str | None = None, required: bool,
              variant: str | None = None, client: Any = None, sweep: bool = True,
-             probe: bool = True, fallback: list[str] | None = None) -> "DockerRuntime | None":
+             probe: bool = True, fallback: list[str] | None = None,
+             gpu_request: str = "auto") -> "DockerRuntime | None":
     """The Docker runtime for `kitctl run`, or None where `--runtime auto` should use local.
 
-    required (`--runtime docker`): a daemon that does not answer, an engine image that is absent,
-    or (on `--device cuda`) a daemon without the NVIDIA runtime raise RuntimeUnavailable (one line,
-    exit 2) before the run starts. Not required (`auto`): any of those returns None.
+    required (`--runtime docker`): a daemon that does not answer, an engine image that is absent
+    or lacks the kit's labels (`kit.engine`, `kit.trial-protocol`: a stub or foreign image under the
+    engine's name is not its image), or (on `--device cuda`) a daemon that attaches the GPU by
+    neither request (`gpu_request`: auto tries the toolkit's and CDI's, once for the whole run;
+    toolkit|cdi only that one) raise RuntimeUnavailable (one line, exit 2) before the run starts.
+    Not required (`auto`): any of those returns None.
     Images come from compose.yaml; `variant` (or env KITCTL_IMAGE_VARIANT, e.g. `cpu-ci`) picks a
     build variant's image. Orphans of earlier runs are swept first (listed in `.swept`).
     When None is returned, `fallback` (if given) gets the one-line reason.
@@ -686,10 +877,12 @@ def from_cli(*, engines: list[Any], device: str, gpu_uuid: str | None, run_id: s
             raise RuntimeUnavailable(
                 f"engine image not present: {', '.join(missing)}; build it with "
                 f"`kitctl images build {first}` or `docker compose build`")
+        _check_kit_labels(client, images)
         if device == "cuda" and probe:
-            reason = probe_gpu(client, next(iter(images.values())), gpu_uuid)
-            if reason is not None:
-                raise RuntimeUnavailable(reason)
+            found = probe_gpu_request(client, next(iter(images.values())), gpu_uuid, gpu_request)
+            if found.request is None:
+                raise RuntimeUnavailable(found.refusal())
+            gpu_request = found.request.kind  # every candidate uses what the probe found
     except RuntimeUnavailable as exc:
         if own_client and client is not None:
             client.close()
@@ -700,7 +893,8 @@ def from_cli(*, engines: list[Any], device: str, gpu_uuid: str | None, run_id: s
         return None
     swept = sweep_orphans(client) if sweep else []
     rt = DockerRuntime(images, run_id=run_id, device=device, gpu_uuid=gpu_uuid,
-                       memory_limit_mib=memory_limit_mib, data_dir=data_dir, client=client)
+                       memory_limit_mib=memory_limit_mib, data_dir=data_dir, client=client,
+                       gpu_request=gpu_request)
     rt._own_client = own_client
     rt.swept = swept
     return rt

@@ -5,6 +5,7 @@ set to the GPU's UUID so the trial's `cuda:0` is the GPU NVML resolved.
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import resource
@@ -12,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+import uuid
 from typing import Any
 
 from ..outcome import KilledBy, MemoryPeaks, TrialOutcome
@@ -19,6 +21,8 @@ from ..engines import ENGINES
 from ..paths import native_build_info, native_trial, trial_script
 from ..protocol import TrialRequest
 from .base import RawRun, Runtime, RuntimeUnavailable, Stopwatch, Watcher, classify
+from .processes import group_members
+from .runstate import RunState
 
 
 class _Group:
@@ -31,18 +35,7 @@ class _Group:
         self._lock = threading.Lock()
 
     def pids(self) -> set[int]:
-        found = {self.proc.pid}
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry.name}/stat", "rb") as f:
-                    fields = f.read().rsplit(b")", 1)[1].split()
-                if int(fields[2]) == self.pgid:  # field 5 of stat: pgrp
-                    found.add(int(entry.name))
-            except (OSError, IndexError, ValueError):
-                continue
-        return found
+        return {self.proc.pid} | {m.pid for m in group_members(self.pgid)}
 
     def kill(self, reason: KilledBy) -> None:
         with self._lock:
@@ -54,15 +47,49 @@ class _Group:
             pass
 
 
-def _limit_data(limit_mib: int | None):
-    """preexec_fn: cap the trial's private data (RLIMIT_DATA) so an allocation beyond the
-    host memory limit fails inside the framework and the trial reports `oom`."""
-    if limit_mib is None:
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _load_prctl():
+    """libc's prctl, looked up in the parent: the forked child should only call it."""
+    if not sys.platform.startswith("linux"):
         return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_prctl = _load_prctl()
+
+
+def _preexec(limit_mib: int | None):
+    """preexec_fn, run in the forked child before exec.
+
+    * The trial dies with its controller: it is in its own session, so a `kill -9` of kitctl
+      would leave it running (on a GPU, holding memory). PR_SET_PDEATHSIG survives exec and
+      fires when the *thread* that forked the child exits; `run` forks and then waits for the
+      child on the same thread, so that thread outlives the trial unless the whole controller
+      dies — which is the point. If the controller died before prctl took effect, the child is
+      already re-parented: it checks getppid() and kills itself. The trial's own children do not
+      inherit the setting; they share its process group, which the run-state file records and
+      the sweep kills (runtimes/runstate.py).
+    * With `limit_mib`, cap the trial's private data (RLIMIT_DATA) so an allocation beyond the
+      host memory limit fails inside the framework and the trial reports `oom`.
+    """
+    parent = os.getpid()
 
     def apply() -> None:
-        b = int(limit_mib) * 2**20
-        resource.setrlimit(resource.RLIMIT_DATA, (b, b))
+        if limit_mib is not None:
+            b = int(limit_mib) * 2**20
+            resource.setrlimit(resource.RLIMIT_DATA, (b, b))
+        if _prctl is not None:
+            _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if os.getppid() != parent:
+                os.kill(os.getpid(), signal.SIGKILL)
 
     return apply
 
@@ -71,12 +98,14 @@ class LocalRuntime(Runtime):
     name = "local"
 
     def __init__(self, *, gpu_uuid: str | None = None, python: str | None = None,
-                 memory_limit_mib: int | None = None, env: dict[str, str] | None = None) -> None:
+                 memory_limit_mib: int | None = None, env: dict[str, str] | None = None,
+                 run_id: str | None = None) -> None:
         self.gpu_uuid = gpu_uuid
         self.python = python or sys.executable
         self.memory_limit_mib = memory_limit_mib
         self.extra_env = dict(env or {})
         self.current: _Group | None = None  # for interrupt cleanup
+        self.state = RunState(run_id or uuid.uuid4().hex[:12])  # live trials, for orphan sweeps
 
     def _env(self, request: TrialRequest) -> dict[str, str]:
         env = dict(os.environ)
@@ -110,13 +139,15 @@ class LocalRuntime(Runtime):
         proc = subprocess.Popen(
             self.command(request), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
             env=self._env(request), start_new_session=True, text=True, errors="replace",
-            preexec_fn=_limit_data(self.memory_limit_mib if request.device == "cpu" else None),
+            preexec_fn=_preexec(self.memory_limit_mib if request.device == "cpu" else None),
         )
         group = _Group(proc)
         self.current = group
-        if watcher is not None:
-            watcher.start(group)
         try:
+            self.state.add(proc.pid, group.pgid, engine=request.engine, precision=request.precision,
+                           batch=request.batch)
+            if watcher is not None:
+                watcher.start(group)
             try:
                 stdout, stderr = proc.communicate(timeout=timeout_s)
             except subprocess.TimeoutExpired:
@@ -132,6 +163,7 @@ class LocalRuntime(Runtime):
                 os.killpg(group.pgid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+            self.state.remove(proc.pid)
             self.current = None
             peaks = watcher.stop() if watcher is not None else MemoryPeaks()
         rc = proc.returncode
@@ -145,6 +177,9 @@ class LocalRuntime(Runtime):
     def interrupt(self) -> None:
         if self.current is not None:
             self.current.kill(KilledBy.KIT_INTERRUPT)
+
+    def close(self) -> None:
+        self.state.close()
 
     def describe(self, engine: str) -> dict[str, Any]:
         if ENGINES[engine].native:

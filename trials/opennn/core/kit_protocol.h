@@ -148,6 +148,7 @@ public:
     std::optional<Clock::time_point> started(int64_t epoch) const;
     std::optional<Clock::time_point> finished(int64_t epoch) const;
     int64_t epochs_started() const { return int64_t(started_.size()); }
+    std::optional<int64_t> current_epoch() const { return current_; }  // the epoch announced last
 
 private:
     std::map<int64_t, Clock::time_point> started_;

@@ -13,6 +13,12 @@
 // window starts when epoch W is announced and ends when epoch W+S-1's loss, read back from
 // the device, is printed.
 //
+// Modes `graph` and `resident` (engines opennn-graph / opennn-resident) are OpenNN's throughput
+// path instead, as its own runner docs/benchmarks/throughput/resnet50/opennn_resnet50_speed.cpp
+// trains: a 50,000-image dataset kept on the GPU (StorageMode::GPUPersistantData), batch 128,
+// whole epochs, conv autotune with --cudnn-benchmark, and CUDA graphs on (`graph`) or off (`resident`, the
+// control). See train_resident() and kit_resident.h for how steps map onto epochs.
+//
 // Everything that is not OpenNN (flags, data, image tree, result line, failure
 // classification) is kit_core (trials/opennn/core), which builds and is tested without OpenNN.
 #include <algorithm>
@@ -29,6 +35,7 @@
 #include "kit_build_info.h"
 #include "kit_data.h"
 #include "kit_protocol.h"
+#include "kit_resident.h"
 
 #include "opennn/adaptive_moment_estimation.h"
 #include "opennn/configuration.h"
@@ -100,6 +107,17 @@ void describe_device(const kit::Args& args, kit::Json& versions, kit::Json& sett
 #endif
 }
 
+void describe_build(const kit::Args& args, kit::Json& result)
+{
+    kit::Json& versions = result["versions"];
+    versions.set("framework", "opennn");
+    versions.set("opennn", KIT_OPENNN_VERSION);
+    versions.set("opennn_commit", KIT_OPENNN_COMMIT);
+    versions.set("compiler", KIT_CXX_COMPILER);
+    versions.set("cuda_compiler", std::string(KIT_CUDA_COMPILER).empty() ? kit::Json() : kit::Json(KIT_CUDA_COMPILER));
+    describe_device(args, versions, result["settings"]);
+}
+
 void train_opennn(const kit::Args& args, kit::Json& result)
 {
     using namespace opennn;
@@ -111,13 +129,7 @@ void train_opennn(const kit::Args& args, kit::Json& result)
     kit::watch_for_cause("cudnn-frontend path unavailable (");
 
     kit::Json& settings = result["settings"];
-    kit::Json& versions = result["versions"];
-    versions.set("framework", "opennn");
-    versions.set("opennn", KIT_OPENNN_VERSION);
-    versions.set("opennn_commit", KIT_OPENNN_COMMIT);
-    versions.set("compiler", KIT_CXX_COMPILER);
-    versions.set("cuda_compiler", std::string(KIT_CUDA_COMPILER).empty() ? kit::Json() : kit::Json(KIT_CUDA_COMPILER));
-    describe_device(args, versions, settings);
+    describe_build(args, result);
 
     const bool on_cuda = args.device == "cuda";
     const auto [warmup_steps, steps] = kit::step_counts(args);
@@ -294,11 +306,252 @@ void train_opennn(const kit::Args& args, kit::Json& result)
     kit::finish_now(result);
 }
 
+// ---------------------------------------------------------------------- throughput path
+
+// OpenNN's throughput path, set up as its own runner sets it up (opennn_resnet50_speed.cpp at the
+// pinned commit, "the runner" below) and timed the kit's way: one train() call of warm-up +
+// timed epochs; the window runs from the announcement of the first timed epoch to the display of
+// the last one's loss (read back from the device after the epoch's final synchronize).
+void train_resident(const kit::Args& args, kit::Json& result)
+{
+    using namespace opennn;
+
+    kit::watch_for_cause("cudnn-frontend path unavailable (");
+    kit::watch_for_cause("CUDA graph capture failed (");  // OpenNN then continues without graphs
+
+    kit::Json& settings = result["settings"];
+    describe_build(args, result);
+
+    const bool cuda_graph = args.mode == "graph";
+    const std::string engine_name = "opennn-" + args.mode;
+    if (args.benchmark != "throughput")
+        throw kit::TrialError(engine_name + " runs the throughput benchmark only (its dataset of many batches "
+                              "is no max-batch candidate): use opennn-pool1 or opennn-default for maxbatch");
+    if (args.device != "cuda")
+        throw kit::TrialError(engine_name + " needs --device cuda: GPU-resident data and CUDA graphs are CUDA paths");
+
+    const auto [warmup_steps, steps] = kit::step_counts(args);
+    const kit::EpochPlan plan = kit::plan_epochs(kit::kResidentDatasetImages, args.batch, warmup_steps, steps);
+    settings.set("epoch_plan", plan.json());
+
+    // ---- configuration (the runner: set_seed, Configuration::set(CUDA, FP32|BF16)).
+    Configuration::instance().set(Device::CUDA, args.precision == "bf16" ? Type::BF16 : Type::FP32);
+    const Configuration::Resolved resolved = Configuration::instance().resolve();
+    set_seed(static_cast<unsigned>(args.seed));
+    // --cudnn-benchmark: the runner's default workspace argument "off" (conv autotune on, workspace
+    // cap off). Without it the library default (heuristic plans, AUTO cap): on the H200 autotune
+    // kept OpenNN's first step busy for minutes (trials/opennn/README.md), so it is the kit's choice.
+    if (args.cudnn_benchmark)
+    {
+        device::set_conv_autotune(true);
+        device::set_conv_workspace_cap(0);
+    }
+    else
+        device::set_conv_autotune(false);
+    settings.set("memory_budget_enforced", "no: OpenNN has no allocator cap (host VRAM gate only)");
+
+    // ---- data: the whole dataset as a class-folder tree, read by ImageDataset into its image
+    // cache, then kept on the GPU: train() uploads it (Optimizer::setup_device_training ->
+    // ImageDataset::enable_device_residency, scaled pixels + one-hot targets as one fp32 matrix)
+    // and every batch is a device-side gather.
+    kit::ImageBatch data = kit::load_batch(args.dataset, args.data_dir, plan.dataset_images, args.seed);
+    kit::Json data_info = data.info;
+    data_info.set("images", plan.dataset_images);
+    data_info.set("digest", kit::batch_digest(data));
+    data_info.set("shape_hwc", kit::Json::array({32, 32, 3}));
+
+    kit::ImageTree tree(data);
+    data = kit::ImageBatch{};  // the pixels live in OpenNN's cache (and on the GPU) from here on
+    data_info.set("tree_format", tree.format());
+    data_info.set("classes_in_tree", tree.classes());
+
+    ImageDataset dataset(tree.root());
+    dataset.set_display(false);
+    dataset.set_sample_roles("Training");
+    if (dataset.get_samples_number("Training") != plan.dataset_images)
+        throw kit::TrialError("OpenNN's ImageDataset found " + std::to_string(dataset.get_samples_number("Training")) +
+                              " training images, expected " + std::to_string(plan.dataset_images));
+    dataset.set_storage_mode(Dataset::StorageMode::GPUPersistantData);  // the runner, line 92
+    if (dataset.get_storage_mode() != Dataset::StorageMode::GPUPersistantData)
+        throw kit::TrialError("ImageDataset is not in GPUPersistantData storage mode: " + dataset.get_storage_mode_string());
+    data_info.set("input_shape", shape_json(dataset.get_shape("Input")));
+    data_info.set("target_shape", shape_json(dataset.get_shape("Target")));
+    data_info.set("storage_mode", dataset.get_storage_mode_string());
+    data_info.set("normalization", "OpenNN's default image scaling (x/255), applied when the resident matrix is staged");
+    tree.remove();  // the image cache stays open (pread), which is all train() reads
+    data_info.set("tree_removed_after_cache_open", true);
+    settings.set("data", data_info);
+
+    // ---- model: as the runner builds it.
+    ResNet network(dataset.get_shape("Input"), {3, 4, 6, 3}, Shape{64, 128, 256, 512}, dataset.get_shape("Target"),
+                   /*use_bottleneck=*/true);
+    result.set("parameters", static_cast<long long>(network.get_parameters_number()));
+    settings.set("model_impl", "opennn::ResNet(input, {3,4,6,3}, {64,128,256,512}, target, use_bottleneck=true): "
+                               "ResNet-50 v1.5, as docs/benchmarks/throughput/resnet50/opennn_resnet50_speed.cpp");
+    settings.set("layers", static_cast<long long>(network.get_layers_number()));
+    if (kit::fault_requested("nan"))
+        network.set_parameters(VectorR::Constant(network.get_parameters_size(),
+                                                 std::numeric_limits<float>::quiet_NaN()));
+
+    // ---- training strategy: the runner's calls, plus what the kit needs to time whole epochs.
+    TrainingStrategy training_strategy(&network, &dataset);
+    training_strategy.set_loss("CrossEntropy");
+    training_strategy.get_loss()->set_regularization("NoRegularization");
+    training_strategy.set_optimization_algorithm("AdaptiveMomentEstimation");
+    auto* adam = dynamic_cast<AdaptiveMomentEstimation*>(training_strategy.get_optimization_algorithm());
+    if (!adam) throw kit::TrialError("OpenNN did not create an AdaptiveMomentEstimation optimizer");
+
+    adam->set_learning_rate(kLearningRate);  // OpenNN's default too
+    adam->set_batch_size(Eigen::Index(args.batch));
+    adam->set_gradient_clip_norm(0.0f);
+    adam->set_cuda_graph(cuda_graph);  // the runner, line 123 (on by default there)
+    adam->set_maximum_epochs(Eigen::Index(plan.epochs()));
+    // Stopping only by epochs: no time limit, no loss goal (the library's defaults could stop early).
+    adam->set_maximum_time(std::numeric_limits<float>::max());
+    adam->set_loss_goal(-std::numeric_limits<float>::infinity());
+    adam->set_display(true);  // to stderr: "Epoch: k" / "Training error: x" time the epochs
+    adam->set_display_period(1);
+    // Left at the library's defaults, as the runner leaves them: shuffle (on), batch workers,
+    // batch pool depth, update period (1: the graph path refuses gradient accumulation),
+    // restore_best (no validation set, so nothing to restore).
+
+    kit::Json path = kit::Json::object();
+    path.set("gpu_resident_data", true);
+    path.set("storage_mode", "GPUPersistantData");
+    path.set("cuda_graphs", adam->get_cuda_graph());
+    path.set("dataset_images", plan.dataset_images);
+    path.set("dataset", args.dataset);
+    path.set("batch", args.batch);
+    path.set("epochs", plan.epochs());
+    path.set("warmup_epochs", plan.warmup_epochs);
+    path.set("timed_epochs", plan.timed_epochs);
+    path.set("precision", args.precision);
+    path.set("training_type", resolved.training_type == Type::BF16 ? "BF16" : "FP32");
+    path.set("bf16", "Configuration Type::BF16: bf16 compute with fp32 master parameters (the Adam kernel refreshes "
+                     "their bf16 mirror); the resident matrix stays fp32 and the device gather writes bf16 batches");
+    path.set("conv_autotune", device::conv_autotune_enabled());
+    path.set("conv_workspace_cap", args.cudnn_benchmark ? "off (autotune: --cudnn-benchmark, the runner's default)"
+                                                         : "AUTO (library default; the runner autotunes)");
+    path.set("shuffle", adam->get_shuffle());
+    path.set("batch_workers", adam->get_workers_number());
+    path.set("batch_pool_size", "library default");
+    path.set("gradient_clip_norm", double(adam->get_gradient_clip_norm()));
+    path.set("restore_best", adam->get_restore_best());
+    path.set("builtin_cuda_warmup_step", "one training step before epoch 0, rolled back (Optimizer::warmup_device_training)");
+    path.set("graph_capture", cuda_graph ? "during epoch 0 (warm-up): each 8-step group runs eagerly once, then is "
+                                           "captured; later epochs replay the graphs"
+                                         : "none (CUDA graphs off: the control)");
+    path.set("warmup", "train() setup (buffers, dataset upload), the built-in warm-up step and warm-up epochs 0.." +
+                           std::to_string(plan.warmup_epochs - 1) + ": warmup_seconds");
+    path.set("timing", "one train() call; window = 'Epoch: " + std::to_string(plan.warmup_epochs) +
+                           "' announced .. 'Training error' of epoch " + std::to_string(plan.epochs() - 1) +
+                           " printed; images = timed epochs x steps per epoch x batch (trained images only)");
+    path.set("runner_timing_difference",
+             "the runner trains 2 untimed epochs in one train() call, then times a second train() call whole "
+             "(its setup, dataset upload, warm-up step and graph capture included) and divides all 50,000 images "
+             "(80 dropped per epoch at batch 128) by the epoch time");
+    path.set("runner", "docs/benchmarks/throughput/resnet50/opennn_resnet50_speed.cpp @ OpenNN " KIT_OPENNN_COMMIT);
+    path.set("march", KIT_OPENNN_MARCH);
+    path.set("lto", KIT_OPENNN_LTO);
+    path.set("environment", opennn_environment());
+    settings.set("opennn", path);
+
+    kit::Json optimizer = kit::Json::object();
+    optimizer.set("name", "AdaptiveMomentEstimation");
+    optimizer.set("lr", double(adam->get_learning_rate()));
+    optimizer.set("beta_1", 0.9);
+    optimizer.set("beta_2", 0.999);
+    optimizer.set("epsilon", double(FLT_EPSILON));
+    optimizer.set("batch_size", args.batch);
+    settings.set("optimizer", optimizer);
+    settings.set("loss", "cross_entropy");
+
+    kit::fault_point();
+
+    // ---- train. The observer books graph launches to the epoch announced last and notes that
+    // the dataset is on the GPU when the first timed epoch starts (train() releases it at the end).
+    kit::EpochTimeline timeline;
+    bool resident_in_window = false;
+    kit::graph_audit().reset();
+    kit::set_line_observer([&](std::string_view line, kit::Clock::time_point when) {
+        const std::optional<int64_t> before = timeline.current_epoch();
+        timeline.on_line(line, when);
+        const std::optional<int64_t> now = timeline.current_epoch();
+        if (now && now != before)
+        {
+            kit::graph_audit().begin_epoch(*now);
+            if (*now == plan.warmup_epochs) resident_in_window = dataset.is_device_resident();
+        }
+    });
+    try
+    {
+        const kit::Clock::time_point start = kit::Clock::now();
+        const TrainingResult training = training_strategy.train();
+        const double train_seconds = std::chrono::duration<double>(kit::Clock::now() - start).count();
+        kit::set_line_observer(nullptr);
+        memory_debug::print(std::cerr);
+
+        const Eigen::Index done = training.get_epochs_number();
+        settings.set("opennn_stopping_condition", training.write_stopping_condition());
+        settings.set("train_seconds", train_seconds);
+        if (done != plan.epochs())
+            throw kit::TrialError("OpenNN trained " + std::to_string(done) + " of " + std::to_string(plan.epochs()) +
+                                  " epochs (stopping condition: " + training.write_stopping_condition() + ")");
+
+        kit::Json epochs = kit::Json::array();
+        for (int64_t e = 0; e < plan.epochs(); ++e)
+        {
+            kit::Json row = kit::Json::object();
+            row.set("epoch", e);
+            row.set("timed", e >= plan.warmup_epochs);
+            const auto s = timeline.started(e), f = timeline.finished(e);
+            row.set("seconds", s && f ? kit::Json(std::chrono::duration<double>(*f - *s).count()) : kit::Json());
+            row.set("training_error", double(training.training_error_history(Eigen::Index(e))));
+            epochs.push_back(row);
+        }
+        settings.set("epochs", epochs);
+        settings["opennn"].set("dataset_on_gpu_at_first_timed_epoch", resident_in_window);
+
+        const kit::GraphAudit::Window audit =
+            kit::graph_audit().window(plan.warmup_epochs, plan.epochs() - 1, plan.steps_per_graph());
+        kit::Json audit_info = kit::audit_json(audit, plan, cuda_graph);
+        audit_info.set("graphs", kit::graph_audit().json());
+        settings.set("cuda_graph_audit", audit_info);
+
+        const kit::StepWindow window = kit::step_window(timeline, start, plan.warmup_epochs, plan.timed_epochs);
+        const double loss_warmup = double(training.training_error_history(Eigen::Index(plan.warmup_epochs - 1)));
+        const double loss_final = double(training.training_error_history(Eigen::Index(plan.epochs() - 1)));
+        result.set("host_peak_rss_mib", kit::peak_rss_mib());
+        kit::record_steps(result, args, window.warmup_seconds, window.window_seconds, plan.timed_steps(), loss_warmup,
+                          loss_final);
+
+        // Checked last, so a refused run still carries every figure above.
+        if (!resident_in_window)
+            throw kit::TrialError("the dataset was not resident on the GPU when the timed epochs started");
+        if (const std::optional<std::string> failure = kit::audit_failure(audit, plan, cuda_graph))
+            throw kit::TrialError(*failure);
+    }
+    catch (...)
+    {
+        kit::set_line_observer(nullptr);
+        result.set("host_peak_rss_mib", kit::peak_rss_mib());
+        kit::finish_now(result, std::current_exception());
+    }
+    kit::finish_now(result);
+}
+
 }  // namespace
 
 int main(int argc, char** argv)
 {
-    const kit::Engine engine{{"pool1", "default"}, [](const std::string& mode) { return "opennn-" + mode; }};
+    const kit::Engine engine{{"pool1", "default", "graph", "resident"},
+                             [](const std::string& mode) { return "opennn-" + mode; }};
+    const auto body = [](const kit::Args& args, kit::Json& result) {
+        if (args.mode == "graph" || args.mode == "resident")
+            train_resident(args, result);
+        else
+            train_opennn(args, result);
+    };
     // Failures before training come back here; skip static destructors (CUDA/cuDNN teardown).
-    kit::exit_now(kit::run(argc, argv, engine, train_opennn));
+    kit::exit_now(kit::run(argc, argv, engine, body));
 }

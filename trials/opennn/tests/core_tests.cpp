@@ -26,6 +26,7 @@
 #include "kit_data.h"
 #include "kit_json.h"
 #include "kit_protocol.h"
+#include "kit_resident.h"
 
 namespace fs = std::filesystem;
 using namespace kit;
@@ -603,6 +604,7 @@ TEST(epoch_timeline_reads_opennn_display_lines)
     t.on_line("Epoch 1", at(61));  // check_stopping_condition's line: not a start
     t.on_line("Maximum epochs number reached: 2", at(62));
     CHECK_EQ(t.epochs_started(), 2);
+    CHECK(t.current_epoch() == std::optional<int64_t>(1));
     CHECK(*t.started(1) == at(40));
     CHECK(*t.finished(1) == at(60));
     const StepWindow w = step_window(t, t0, 1, 1);
@@ -612,6 +614,104 @@ TEST(epoch_timeline_reads_opennn_display_lines)
     CHECK(std::abs(all.window_seconds - 0.050) < 1e-9);
     CHECK_THROWS_WITH(step_window(t, t0, 1, 2), "missing 'Training error' after epoch 2");
     CHECK_THROWS_WITH(step_window(t, t0, 3, 1), "missing 'Epoch: 3'");
+}
+
+TEST(resident_epoch_plan_maps_steps_to_whole_epochs)
+{
+    // The reference's run: 50,000 images, batch 128 -> 390 steps (80 images dropped) per epoch.
+    const EpochPlan p = plan_epochs(kResidentDatasetImages, 128, 10, 50);
+    CHECK_EQ(p.steps_per_epoch, 390);
+    CHECK_EQ(p.dropped_per_epoch, 80);
+    CHECK_EQ(p.warmup_epochs, 1);
+    CHECK_EQ(p.timed_epochs, 1);
+    CHECK_EQ(p.timed_steps(), 390);
+    CHECK_EQ(p.timed_images(), 390 * 128);
+    CHECK_EQ(p.steps_per_graph(), 8);
+    CHECK_EQ(p.graph_launches_per_epoch(), 48);
+    CHECK_EQ(p.graph_steps_per_epoch(), 384);
+    // The reference's --epochs 2 is --steps 780; one step more takes a third epoch.
+    CHECK_EQ(plan_epochs(kResidentDatasetImages, 128, 10, 780).timed_epochs, 2);
+    CHECK_EQ(plan_epochs(kResidentDatasetImages, 128, 10, 781).timed_epochs, 3);
+    CHECK_EQ(plan_epochs(kResidentDatasetImages, 128, 391, 1).warmup_epochs, 2);
+    CHECK_EQ(plan_epochs(kResidentDatasetImages, 128, 0, 1).warmup_epochs, 1);  // epoch 0 captures
+    // Under 8 batches an epoch: one graph per step.
+    const EpochPlan small = plan_epochs(100, 20, 1, 1);
+    CHECK_EQ(small.steps_per_graph(), 1);
+    CHECK_EQ(small.graph_launches_per_epoch(), 5);
+    CHECK_THROWS_WITH(plan_epochs(100, 101, 1, 1), "batch 101 does not fit the 100-image dataset");
+    const std::string j = p.json().dump();
+    CHECK(j.find("\"timed_images\":49920") != std::string::npos);
+    CHECK(j.find("\"images_dropped_per_epoch\":80") != std::string::npos);
+}
+
+TEST(graph_audit_books_launches_to_epochs_and_finds_short_graphs)
+{
+    const EpochPlan plan = plan_epochs(kResidentDatasetImages, 128, 10, 780);  // 1 warm-up + 2 timed
+    int a = 0, b = 0, c = 0;
+    const void* one_step = &a;
+    const void* group_odd = &b;
+    // What a static reading of OpenNN's run_graph_epoch predicts: the built-in warm-up captures a
+    // one-step graph into exec[0], which then stands in for every even group.
+    GraphAudit audit;
+    audit.on_instantiate(one_step, 100);
+    audit.begin_epoch(0);
+    audit.on_instantiate(group_odd, 800);
+    for (int g = 0; g < 24; ++g) audit.on_launch(one_step);
+    for (int epoch = 1; epoch <= 2; ++epoch)
+    {
+        audit.begin_epoch(epoch);
+        for (int g = 0; g < 24; ++g)
+        {
+            audit.on_launch(one_step);
+            audit.on_launch(group_odd);
+        }
+    }
+    const GraphAudit::Window w = audit.window(1, 2, plan.steps_per_graph());
+    CHECK_EQ(w.launches, 96);
+    CHECK_EQ(w.full_graph_nodes, 800);
+    CHECK_EQ(w.short_launches, 48);
+    CHECK_EQ(w.graph_steps_estimate, 2 * (24 * 1 + 24 * 8));
+    const auto failure = audit_failure(w, plan, true);
+    CHECK(failure.has_value());
+    if (failure)
+    {
+        CHECK(failure->find("smaller than a full 8-step group 48 of 96 times") != std::string::npos);
+        CHECK(failure->find("about 432 of 768 graph steps ran") != std::string::npos);
+    }
+    const std::string graphs = audit.json().dump();
+    CHECK(graphs.find("{\"instantiated\":0,\"nodes\":100,\"launches_by_epoch\":{\"0\":24,\"1\":24,\"2\":24}}") !=
+          std::string::npos);
+    CHECK(audit_json(w, plan, true).dump().find("\"short_graph_launches\":48") != std::string::npos);
+
+    // Every group a full graph: the check passes and the estimate is the plan's.
+    GraphAudit good;
+    good.on_instantiate(&a, 800);
+    good.on_instantiate(&c, 801);
+    for (int epoch = 0; epoch <= 2; ++epoch)
+    {
+        good.begin_epoch(epoch);
+        for (int g = 0; g < 24; ++g)
+        {
+            good.on_launch(&a);
+            good.on_launch(&c);
+        }
+    }
+    const GraphAudit::Window gw = good.window(1, 2, plan.steps_per_graph());
+    CHECK_EQ(gw.short_launches, 0);
+    CHECK_EQ(gw.graph_steps_estimate, 768);
+    CHECK(!audit_failure(gw, plan, true).has_value());
+    CHECK_EQ(audit_json(gw, plan, true).find("check")->as_string(), std::string("ok"));
+    // A launch too few (or many), none at all, or any with graphs off: refused.
+    good.on_launch(&a);
+    CHECK(audit_failure(good.window(1, 2, 8), plan, true)->find("launched 97 CUDA graphs") != std::string::npos);
+    CHECK(audit_failure(GraphAudit::Window{}, plan, true)->find("launched no graph") != std::string::npos);
+    CHECK(!audit_failure(GraphAudit::Window{}, plan, false).has_value());
+    CHECK(audit_failure(gw, plan, false)->find("CUDA graphs were off") != std::string::npos);
+    // A handle reused after its graph was destroyed starts over.
+    good.on_instantiate(&a, 10);
+    CHECK_EQ(good.window(0, 2, 8).full_graph_nodes, 801);
+    good.reset();
+    CHECK_EQ(good.window(0, 2, 8).launches, 0);
 }
 
 TEST(line_tap_writes_through_and_reports_lines)

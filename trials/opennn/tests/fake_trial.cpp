@@ -1,6 +1,6 @@
 // kit-fake-trial: the OpenNN trial's protocol driver (kit::run) around a fake engine, so the
 // C++ side of trial protocol v1 can be tested where OpenNN cannot be built. It takes the same
-// flags, names the same engines (opennn-pool1 / opennn-default), prepares the same data and
+// flags, names the same engines (opennn-pool1 / -default / -graph / -resident), prepares the same data and
 // image tree (and checks every image decodes back), prints OpenNN-style epoch lines that it
 // times the way the real trial does, and prints its KIT-RESULT line the same way.
 //
@@ -14,6 +14,14 @@
 //   swallowed_oom OpenNN at the edge of the card: "cudnn-frontend path unavailable (CUDA Error: 2
 //                 ...)" printed to std::cerr, then "requires SM 8.0+" thrown
 // KIT_TRIAL_FAULT works as in every trial (nan makes the final loss NaN).
+//
+// Modes graph / resident (opennn-graph / opennn-resident) follow the real trial's throughput
+// path without OpenNN: the epoch plan over a dataset of KIT_FAKE_DATASET_IMAGES images (default
+// 50,000, synthetic or CIFAR-10, no image tree), whole-epoch display lines, and the CUDA graph
+// audit fed with the launches KIT_FAKE_GRAPH names:
+//   full (default)  one full 8-step graph per group, as a correct graph path launches them
+//   short           the one-step warm-up graph standing in for every even group
+//   none            no graph (what `resident`, CUDA graphs off, launches)
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -26,14 +34,86 @@
 
 #include "kit_data.h"
 #include "kit_protocol.h"
+#include "kit_resident.h"
 
 namespace
 {
 
 void fake_training(const kit::Args& args, kit::Json& result);
 
+void fake_resident(const kit::Args& args, kit::Json& result)
+{
+    const bool cuda_graph = args.mode == "graph";
+    result["versions"].set("framework", "fake");
+    if (args.benchmark != "throughput")
+        throw kit::TrialError("opennn-" + args.mode + " runs the throughput benchmark only");
+    const char* env_images = std::getenv("KIT_FAKE_DATASET_IMAGES");
+    const int64_t images = env_images ? std::stoll(env_images) : kit::kResidentDatasetImages;
+    const auto [warmup_steps, steps] = kit::step_counts(args);
+    const kit::EpochPlan plan = kit::plan_epochs(images, args.batch, warmup_steps, steps);
+    kit::Json& settings = result["settings"];
+    settings.set("epoch_plan", plan.json());
+    const kit::ImageBatch data = kit::load_batch(args.dataset, args.data_dir, images, args.seed);
+    kit::Json info = data.info;
+    info.set("images", images);
+    info.set("digest", kit::batch_digest(data));
+    settings.set("data", info);
+    result.set("parameters", 1234);
+    kit::fault_point();
+
+    const std::string graphs = std::getenv("KIT_FAKE_GRAPH") ? std::getenv("KIT_FAKE_GRAPH") : (cuda_graph ? "full" : "none");
+    int handles[3] = {};
+    kit::EpochTimeline timeline;
+    kit::graph_audit().reset();
+    kit::set_line_observer([&](std::string_view line, kit::Clock::time_point t) {
+        const auto before = timeline.current_epoch();
+        timeline.on_line(line, t);
+        if (timeline.current_epoch() && timeline.current_epoch() != before)
+            kit::graph_audit().begin_epoch(*timeline.current_epoch());
+    });
+    try
+    {
+        const auto start = kit::Clock::now();
+        if (graphs == "short") kit::graph_audit().on_instantiate(&handles[0], 100);  // the warm-up's
+        std::vector<double> history;
+        for (int64_t epoch = 0; epoch < plan.epochs(); ++epoch)
+        {
+            std::cout << "Epoch: " << epoch << "\n";
+            for (int64_t g = 0; g < plan.graph_launches_per_epoch() && graphs != "none"; ++g)
+            {
+                const void* exec = graphs == "short" && g % 2 == 0 ? &handles[0] : &handles[1 + g % 2];
+                if (epoch == 0 && g < 2 && exec != &handles[0]) kit::graph_audit().on_instantiate(exec, 800);
+                else kit::graph_audit().on_launch(exec);
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+            history.push_back(2.3 - 0.01 * double(epoch));
+            std::cout << "Training error: " << history.back() << "\n";
+        }
+        kit::set_line_observer(nullptr);
+        const kit::GraphAudit::Window audit =
+            kit::graph_audit().window(plan.warmup_epochs, plan.epochs() - 1, plan.steps_per_graph());
+        kit::Json audit_info = kit::audit_json(audit, plan, cuda_graph);
+        audit_info.set("graphs", kit::graph_audit().json());
+        settings.set("cuda_graph_audit", audit_info);
+        const kit::StepWindow w = kit::step_window(timeline, start, plan.warmup_epochs, plan.timed_epochs);
+        double loss_final = history.back();
+        if (kit::fault_requested("nan")) loss_final = std::nan("");
+        kit::record_steps(result, args, w.warmup_seconds, w.window_seconds, plan.timed_steps(),
+                          history[size_t(plan.warmup_epochs - 1)], loss_final);
+        if (const auto failure = kit::audit_failure(audit, plan, cuda_graph)) throw kit::TrialError(*failure);
+    }
+    catch (...)
+    {
+        kit::set_line_observer(nullptr);
+        kit::finish_now(result, std::current_exception());
+    }
+    kit::finish_now(result);
+}
+
 void fake_body(const kit::Args& args, kit::Json& result)
 {
+    if (args.mode == "graph" || args.mode == "resident") return fake_resident(args, result);
+
     kit::Json& settings = result["settings"];
     kit::Json& versions = result["versions"];
     versions.set("framework", "fake");
@@ -142,6 +222,7 @@ void fake_training(const kit::Args& args, kit::Json& result)
 
 int main(int argc, char** argv)
 {
-    const kit::Engine engine{{"pool1", "default"}, [](const std::string& mode) { return "opennn-" + mode; }};
+    const kit::Engine engine{{"pool1", "default", "graph", "resident"},
+                             [](const std::string& mode) { return "opennn-" + mode; }};
     kit::exit_now(kit::run(argc, argv, engine, fake_body));
 }
