@@ -345,8 +345,10 @@ def _variants_for(precision: str, args) -> list[Variant]:
     out = []
     for name in args.variant_names:
         settings = args.cudnn_settings if (name == "eager" or name in GRAPH_VARIANTS) else [True]
-        if args.device == "cpu" or _skip_reason(name, args):
-            settings = settings[:1]  # cuDNN is not used on the cpu; a skip is said once
+        if args.device == "cpu":
+            settings = [False]  # no cuDNN on the cpu
+        elif _skip_reason(name, args):
+            settings = settings[:1]  # a skip is said once
         for cudnn in settings:
             out.append(Variant(name, precision, cudnn, DESCRIPTIONS[name]))
     return out
