@@ -172,6 +172,10 @@ def build_trial_variant(v: Variant, mode: str, args, device: str) -> None:
         torch.backends.cudnn.benchmark = v.cudnn_benchmark
         result["settings"].update(cudnn_benchmark=v.cudnn_benchmark,
                                   cudnn_benchmark_source="set by compare_cudagraph.py")
+    if mode == torch_train.COMPILE_GRAPHS:
+        from torch._dynamo.utils import counters
+
+        counters.clear()  # process-global: count this variant's graphs, breaks and skips only
     runner = torch_train.build_runner(targs, result, dev)
     warmup, _ = kittrial.step_counts(targs)
     runner.warmup(warmup)
