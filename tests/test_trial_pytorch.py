@@ -158,12 +158,47 @@ def test_eager_maxbatch(precision):
     assert (r["engine"], r["mode"], r["precision"], r["batch"]) == (
         "pytorch-eager", "eager", precision, 2)
     assert r["settings"]["channels_last"] is True
+    assert r["settings"]["optimizer"]["fused"] is False  # eager keeps torch's default Adam
 
 
 def test_compile_maxbatch():
     rc, r, err = run_trial("--benchmark", "maxbatch", "--batch", 2, "--mode", "compile")
     assert_ok(rc, r, err)
     assert r["engine"] == "pytorch-compile" and r["settings"]["compile"]["backend"] == "inductor"
+
+
+def _assert_fair_compile_settings(r, warmup_run):
+    c = r["settings"]["compile"]
+    assert (c["mode"], c["backend"], c["fullgraph"]) == ("reduce-overhead", "inductor", False)
+    assert "backward + Adam.step" in c["scope"] and c["warmup_steps_run"] == warmup_run
+    assert c["cudagraphs"].startswith("none")  # inductor has no CUDA graphs on the cpu
+    assert c["unique_graphs"] >= 2  # forward(+backward) and the optimizer step, both compiled
+    assert any("backward" in reason.lower() for reason in c["graph_breaks"])
+    assert r["settings"]["channels_last"] is True
+    opt = r["settings"]["optimizer"]  # capturable Adam is for CUDA tensors only
+    assert (opt["name"], opt["lr"], opt["fused"], opt["capturable"]) == ("Adam", 1e-3, False, False)
+
+
+@pytest.mark.slow
+def test_compile_graphs_maxbatch():
+    rc, r, err = run_trial("--benchmark", "maxbatch", "--batch", 2, "--mode", "compile-graphs",
+                           timeout=1800)
+    assert_ok(rc, r, err)
+    assert (r["engine"], r["mode"]) == ("pytorch-compile-graphs", "compile-graphs")
+    # max-batch's measured step follows two warm-up steps: on the GPU the graph trees have
+    # run plainly and recorded by then, so the step measured is a replay.
+    _assert_fair_compile_settings(r, warmup_run=2)
+    assert r["settings"]["cudnn_benchmark"] is False  # only throughput on cuda forces it on
+
+
+@pytest.mark.slow
+def test_compile_graphs_throughput_bf16():
+    rc, r, err = run_trial("--benchmark", "throughput", "--batch", 2, "--mode", "compile-graphs",
+                           "--precision", "bf16", "--warmup-steps", 3, "--steps", 2, timeout=1800)
+    assert_ok(rc, r, err)
+    assert r["engine"] == "pytorch-compile-graphs" and r["images"] == 4
+    _assert_fair_compile_settings(r, warmup_run=3)
+    assert r["settings"]["autocast"] == {"dtype": "bfloat16", "cache_enabled": True}
 
 
 def test_throughput_window():
@@ -214,3 +249,66 @@ def test_bad_flags_still_give_a_result_line():
     p = subprocess.run([sys.executable, str(TRIAL), "--benchmark", "maxbatch", "--batch", "0", "--mode", "eager"],
                        capture_output=True, text=True, timeout=120)
     assert parse_result(p.stdout)["status"] == "error"  # the host's parser accepts it: `error`, not `crash`
+
+
+# --------------------------------------------------------- GPU only (skipped without CUDA)
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+needs_cuda = pytest.mark.skipif(not _cuda_available(), reason="needs a CUDA GPU")
+
+
+def _build_on_cuda(mode, precision="fp32", batch=8):
+    import torch_train
+
+    args = kittrial.build_parser(["cudagraph", "compile-graphs"]).parse_args(
+        ["--benchmark", "throughput", "--batch", str(batch), "--mode", mode, "--device", "cuda",
+         "--precision", precision, "--warmup-steps", "2", "--steps", "3"])
+    result = kittrial.base_result(args, f"pytorch-{mode}")
+    device = torch_train._setup_device(args, result["settings"], result["versions"])
+    return args, result, torch_train.build_runner(args, result, device)
+
+
+@needs_cuda
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_cudagraph_capture_structure(precision):
+    """The canonical whole-network capture: fused capturable Adam, gradients allocated by
+    the graph itself (same addresses every replay, never zeroed in it), the model trains."""
+    import torch
+
+    args, result, runner = _build_on_cuda("cudagraph", precision)
+    opt = result["settings"]["optimizer"]
+    assert (opt["fused"], opt["capturable"], opt["foreach"]) == (True, True, False)
+    assert result["settings"]["cudnn_benchmark"] is True  # throughput on cuda: autotuned
+    assert result["settings"]["cudnn_benchmark_source"] == "on: cudagraph mode, throughput"
+    runner.warmup(2)
+    params = [p for p in runner.net.parameters()]
+    grads = [p.grad.data_ptr() for p in params]
+    assert isinstance(runner.graph, torch.cuda.CUDAGraph)
+    before = params[0].detach().clone()
+    loss = runner.run(3)
+    torch.cuda.synchronize()
+    assert [p.grad.data_ptr() for p in params] == grads  # static, from the graph's pool
+    assert not torch.equal(before, params[0].detach())  # Adam stepped inside the graph
+    assert torch.isfinite(loss).item()
+
+
+@needs_cuda
+@pytest.mark.slow
+def test_compile_graphs_on_cuda_records_graphs_and_no_skips():
+    args, result, runner = _build_on_cuda("compile-graphs", batch=4)
+    assert result["settings"]["cudnn_benchmark"] is True  # throughput on cuda: autotuned
+    assert result["settings"]["optimizer"]["capturable"] is True
+    runner.warmup(2)
+    loss = runner.run(3)
+    import torch_train
+
+    stats = torch_train.compile_stats()
+    assert stats["cudagraph_skips"] == 0, stats  # every compiled graph runs as a CUDA graph
+    assert loss.isfinite().item()

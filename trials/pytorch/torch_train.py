@@ -19,6 +19,9 @@ from resnet50 import count_parameters, resnet50
 
 MIB = 2**20
 LR = 1e-3
+COMPILE_GRAPHS = "compile-graphs"  # the fair compiled path (engine pytorch-compile-graphs)
+COMPILE_GRAPHS_MODE = "reduce-overhead"  # inductor + CUDA-graph trees: no per-kernel host launches
+FAIR_MODES = ("cudagraph", COMPILE_GRAPHS)  # throughput on these autotunes cuDNN
 
 
 # ------------------------------------------------------------------------- set-up
@@ -26,7 +29,14 @@ LR = 1e-3
 def _setup_device(args, settings: dict, versions: dict) -> torch.device:
     if args.mode == "cudagraph" and args.device != "cuda":
         raise TrialError("cudagraph mode needs --device cuda")
-    torch.backends.cudnn.benchmark = bool(args.cudnn_benchmark)
+    benchmark = bool(args.cudnn_benchmark)
+    if args.mode in FAIR_MODES and args.benchmark == "throughput" and args.device == "cuda":
+        # The graph engines are the fair speed paths, and those autotune cuDNN. Max-batch keeps
+        # the flag: the autotuner's trial workspaces would change the memory being measured.
+        benchmark = True
+        settings["cudnn_benchmark_source"] = f"on: {args.mode} mode, throughput"
+    settings["cudnn_benchmark"] = benchmark
+    torch.backends.cudnn.benchmark = benchmark
     if args.device == "cpu":
         versions["device"] = f"cpu {platform.machine()} {platform.processor()}".strip()
         settings.update(tf32="n/a (cpu)", memory_fraction=None,
@@ -69,15 +79,30 @@ def _to_device(images, labels, device: torch.device, poison: bool):
     return x, torch.from_numpy(labels).to(device)
 
 
+def _make_optimizer(mode: str, params, device: torch.device) -> torch.optim.Optimizer:
+    """Adam lr 1e-3 in every mode; only the implementation differs where a graph needs it."""
+    params = list(params)
+    if mode == "cudagraph":
+        # One fused multi-tensor kernel per step instead of foreach Adam's chain of
+        # whole-parameter passes; capturable keeps `step` on the device, as capture requires.
+        return torch.optim.Adam(params, lr=LR, fused=True, capturable=True)
+    if mode == COMPILE_GRAPHS and device.type == "cuda":
+        # Inductor compiles the foreach update into its own kernels; capturable (what dynamo
+        # would switch on anyway for CUDA params) lets the step's graph be replayed.
+        return torch.optim.Adam(params, lr=LR, capturable=True)
+    return torch.optim.Adam(params, lr=LR)
+
+
 def _optimizer_settings(opt: torch.optim.Optimizer, params) -> dict:
-    foreach = opt.defaults.get("foreach")
+    fused = bool(opt.defaults.get("fused"))
+    foreach = False if fused else opt.defaults.get("foreach")
     if foreach is None:  # what torch picks by default for these tensors
         try:
             from torch.optim.optimizer import _default_to_fused_or_foreach
             _, foreach = _default_to_fused_or_foreach(list(params), False, False)
         except Exception:  # private helper; only used to describe the run
             foreach = "torch default"
-    return {"name": "Adam", "lr": LR, "foreach": foreach, "fused": False,
+    return {"name": "Adam", "lr": LR, "foreach": foreach, "fused": fused,
             "capturable": bool(opt.defaults.get("capturable"))}
 
 
@@ -108,8 +133,8 @@ class EagerRunner:
 
 
 class CudaGraphRunner(EagerRunner):
-    """The whole step (zero_grad, forward, loss, backward, capturable Adam) in one CUDA
-    graph, set up the way PyTorch's docs do whole-network capture."""
+    """The whole step (forward, loss, backward, fused capturable Adam) in one CUDA graph,
+    captured the way PyTorch's docs do whole-network capture."""
 
     def warmup(self, n: int):
         if n < 1:
@@ -121,22 +146,74 @@ class CudaGraphRunner(EagerRunner):
             loss = self.steps(n)
         torch.cuda.current_stream().wait_stream(side)
         torch.cuda.synchronize()
-        # Return the warm-up's cached blocks so the graph's private pool can reuse them;
-        # otherwise the candidate would hold eager and graph activations at once.
+        # No .grad before capture: backward then allocates the gradients from the graph's
+        # private pool (fixed addresses, written, never zeroed or accumulated into), so the
+        # graph holds no memset and no grad += new_grad per parameter.
+        self.opt.zero_grad(set_to_none=True)
+        # Return the warm-up's cached blocks (its grads included) so the graph's private pool
+        # can reuse them; otherwise the candidate would hold eager and graph memory at once.
         torch.cuda.empty_cache()
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
-            self.opt.zero_grad(set_to_none=False)  # grads stay at fixed addresses
             with self.autocast():
                 self.static_loss = F.cross_entropy(self.net(self.x), self.y)
             self.static_loss.backward()
             self.opt.step()
+        # Capture only records. The first launch of a new graph also uploads it to the
+        # device; do that here so the timed window (and max-batch's measured step) holds
+        # steady-state replays only.
+        self.graph.replay()
         return loss
 
     def run(self, n: int) -> torch.Tensor:
         for _ in range(n):
             self.graph.replay()
         return self.static_loss.detach()
+
+
+class CompiledStepRunner(EagerRunner):
+    """Forward, loss, backward and Adam's step inside one torch.compile'd function, mode
+    reduce-overhead: inductor's CUDA-graph trees replay the compiled graphs (forward,
+    backward, optimizer) instead of launching each kernel from the host. On the CPU
+    inductor compiles the same function and skips the graphs."""
+
+    # Graph trees run a function's first call plainly, record (and run) it on the next step
+    # and replay it from the third: warm-up covers the first two, so the timed window and
+    # max-batch's measured step are replays, and the peak includes the graphs' memory pool.
+    MIN_WARMUP = 2
+
+    def __init__(self, net, optimizer, x, y, autocast):
+        super().__init__(net, optimizer, x, y, autocast)
+        self.compiled = torch.compile(self._step_body, mode=COMPILE_GRAPHS_MODE)
+
+    def _step_body(self) -> torch.Tensor:
+        with self.autocast():
+            loss = F.cross_entropy(self.net(self.x), self.y)
+        loss.backward()  # dynamo breaks the graph here; AOTAutograd's compiled backward runs
+        self.opt.step()
+        return loss.detach()
+
+    def step(self) -> torch.Tensor:
+        # zero_grad is dynamo-disabled, so it stays outside; with set_to_none it launches
+        # nothing, and backward hands out .grad from the graph pool at fixed addresses.
+        self.opt.zero_grad(set_to_none=True)
+        torch.compiler.cudagraph_mark_step_begin()  # one training step = one tree generation
+        return self.compiled()
+
+    def warmup(self, n: int):
+        return self.steps(max(n, self.MIN_WARMUP))
+
+
+def compile_stats() -> dict:
+    """What dynamo/inductor did, from their counters: graphs, breaks, CUDA-graph skips."""
+    try:
+        from torch._dynamo.utils import counters  # private, but only describes the run
+    except Exception:  # noqa: BLE001
+        return {"counters": "unavailable"}
+    breaks = {" ".join(str(k).split())[:200]: v for k, v in counters["graph_break"].items()}
+    return {"unique_graphs": counters["stats"].get("unique_graphs", 0),
+            "graph_breaks": breaks,
+            "cudagraph_skips": counters["inductor"].get("cudagraph_skips", 0)}
 
 
 # -------------------------------------------------------------------------- train
@@ -152,7 +229,10 @@ def train(args, result: dict) -> None:
         _record_peaks(result, device)
 
 
-def _train(args, result: dict, device: torch.device) -> None:
+def build_runner(args, result: dict, device: torch.device) -> EagerRunner:
+    """Data, model, optimizer and the step of args.mode, set up and described in
+    result["settings"]; nothing has run yet. tools/compare_cudagraph.py builds through
+    this too, so it measures the step exactly as the trial builds it."""
     settings = result["settings"]
     images, labels, settings["data"] = kittrial.load_data(args)
     x, y = _to_device(images, labels, device, poison=kittrial.fault_requested("nan"))
@@ -165,25 +245,53 @@ def _train(args, result: dict, device: torch.device) -> None:
                     channels_last=True, loss="cross_entropy")
 
     graphed = args.mode == "cudagraph"
-    opt = torch.optim.Adam(model.parameters(), lr=LR, capturable=graphed)
+    opt = _make_optimizer(args.mode, model.parameters(), device)
     settings["optimizer"] = _optimizer_settings(opt, model.parameters())
 
     bf16 = args.precision == "bf16"
-    # Autocast's weight-cast cache must be off while a CUDA graph is captured.
+    # Autocast's weight-cast cache must be off while a CUDA graph is captured by hand.
     settings["autocast"] = {"dtype": "bfloat16", "cache_enabled": not graphed} if bf16 else None
 
     def autocast():
         return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16,
                               cache_enabled=not graphed)
 
-    net = model
     if args.mode == "compile":
         net = torch.compile(model)  # defaults on purpose: what users get out of the box
         settings["compile"] = {"mode": "default", "backend": "inductor"}
+        return EagerRunner(net, opt, x, y, autocast)
+    if args.mode == COMPILE_GRAPHS:
+        warmup_steps, _ = kittrial.step_counts(args)
+        settings["compile"] = {
+            "mode": COMPILE_GRAPHS_MODE, "backend": "inductor", "fullgraph": False,
+            "scope": "forward + cross-entropy + backward + Adam.step in one torch.compile'd "
+                     "function; zero_grad(set_to_none=True) outside it (dynamo-disabled)",
+            "cudagraphs": ("inductor CUDA-graph trees, one generation per step "
+                           "(torch.compiler.cudagraph_mark_step_begin)" if device.type == "cuda"
+                           else "none: inductor skips CUDA graphs on the cpu"),
+            "warmup_steps_run": max(warmup_steps, CompiledStepRunner.MIN_WARMUP),
+        }
+        return CompiledStepRunner(model, opt, x, y, autocast)
     if graphed:
-        settings["graph"] = "torch.cuda.CUDAGraph whole step incl. Adam"
-    runner = (CudaGraphRunner if graphed else EagerRunner)(net, opt, x, y, autocast)
+        settings["graph"] = {
+            "kind": "torch.cuda.CUDAGraph, whole step incl. Adam",
+            "capture": "grads set to None before capture (backward allocates them in the "
+                       "graph pool); warm-up on a side stream; one replay before timing",
+        }
+        return CudaGraphRunner(model, opt, x, y, autocast)
+    return EagerRunner(model, opt, x, y, autocast)
 
+
+def _train(args, result: dict, device: torch.device) -> None:
+    runner = build_runner(args, result, device)
+    try:
+        _measure(args, result, device, runner)
+    finally:
+        if args.mode == COMPILE_GRAPHS:  # on failures too: a skip or break may be the cause
+            result["settings"]["compile"].update(compile_stats())
+
+
+def _measure(args, result: dict, device: torch.device, runner: EagerRunner) -> None:
     kittrial.fault_point()
     warmup_steps, steps = kittrial.step_counts(args)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)

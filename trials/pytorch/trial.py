@@ -3,8 +3,10 @@
 
     python3 trials/pytorch/trial.py --benchmark maxbatch --batch 128 --mode eager ...
 
-Modes: eager -> engine pytorch-eager, compile -> pytorch-compile (torch.compile),
-cudagraph -> pytorch-cudagraph (whole training step in one CUDA graph, GPU only).
+Modes: eager -> engine pytorch-eager, compile -> pytorch-compile (torch.compile, default
+mode), cudagraph -> pytorch-cudagraph (whole training step in one CUDA graph, GPU only),
+compile-graphs -> pytorch-compile-graphs (the fair compiled path: forward, backward and Adam
+in one torch.compile'd function, mode reduce-overhead, i.e. CUDA-graph trees on the GPU).
 torch is imported only inside the run, so even a broken install yields a result line.
 """
 
@@ -21,7 +23,7 @@ for _p in (_HERE.parent / "common", _HERE):
 
 import kittrial  # noqa: E402
 
-MODES = ["eager", "compile", "cudagraph"]
+MODES = ["eager", "compile", "cudagraph", "compile-graphs"]
 ENGINES = {mode: f"pytorch-{mode}" for mode in MODES}
 
 
