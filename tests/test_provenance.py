@@ -175,3 +175,23 @@ def test_committed_artifacts_match_the_schema():
             art.validate(doc)
             found += 1
     assert found >= 1
+
+
+def test_a_clean_matching_stamp_beats_an_old_dirty_git_in_the_copy(tmp_path):
+    # The GPU machine's copy carried a .git of an older commit while the tree was newer: git says
+    # "old commit, dirty"; the stamp written here says which commit the code really is.
+    copy = _copy_kit(tmp_path / "kit")
+    git = ["git", "-C", str(copy), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "old"], check=True)
+    f = copy / "host/kitctl/stats.py"
+    f.write_text(f.read_text() + "\n")  # the tree moves on: git is dirty now
+    assert _kit_info_in(copy)["git_source"] == "git" and _kit_info_in(copy)["git_dirty"] is True
+    r = _in_copy(copy, "import kitctl.provenance as p, pathlib; print(p._stamp_code(pathlib.Path('.').resolve()).sha256)")
+    code = r.stdout.strip()
+    (copy / STAMP_FILE).write_text(f"{HEX40}\ndirty=false\ncode_sha256={code}\n")
+    info = _kit_info_in(copy)
+    assert (info["git_commit"], info["git_dirty"], info["git_source"]) == (HEX40, False, "stamp")
+    (copy / STAMP_FILE).write_text(f"{HEX40}\ndirty=false\ncode_sha256={'0' * 64}\n")  # not this code
+    assert _kit_info_in(copy)["git_source"] == "git"

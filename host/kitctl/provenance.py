@@ -174,6 +174,13 @@ def read_stamp(root: Path) -> GitState | None:
     return GitState(commit, dirty, "stamp")
 
 
+def _stamp_has_hash(root: Path) -> bool:
+    try:
+        return any(x.startswith("code_sha256=") for x in (root / STAMP_FILE).read_text().splitlines())
+    except OSError:
+        return False
+
+
 def git_state(root: Path | None = None) -> GitState:
     root = root or kit_root()
     top = _git(root, "rev-parse", "--show-toplevel")
@@ -181,7 +188,17 @@ def git_state(root: Path | None = None) -> GitState:
     commit = _git(root, "rev-parse", "HEAD") if top and Path(top).resolve() == root.resolve() else None
     if commit:
         status = _git(root, "status", "--porcelain", "--untracked-files=no")
-        return GitState(commit, None if status is None else bool(status), "git")
+        dirty = None if status is None else bool(status)
+        if dirty:
+            # A copy can carry an old .git (the GPU machine's did: the session's first commit) while
+            # the tree is newer: a clean stamp whose code hash matches says exactly which commit it is.
+            try:
+                stamp = read_stamp(root)
+            except ValueError:
+                stamp = None
+            if stamp is not None and stamp.dirty is False and _stamp_has_hash(root):
+                return stamp
+        return GitState(commit, dirty, "git")
     env = os.environ.get(ENV_COMMIT)
     if env and env.strip():
         return GitState(_commit(env, ENV_COMMIT), _flag(os.environ.get(ENV_DIRTY, ""), ENV_DIRTY), "env")
