@@ -1,0 +1,11 @@
+# Shared by the call scripts (sourced). Runs on the GPU machine.
+# Used by the 2026-12-01 H200 Docker runs (results/logs/h200-docker-call*.log): run from the repo root on
+# the GPU machine with carry [".gpu-docker", ".whl"]:  bash tools/device-calls/call2.sh 2>&1 | tee $OUT/call2.log
+export PYTHONUNBUFFERED=1
+K() { tools/device-kitctl.sh "$@"; }
+ts() { date -u +%H:%M:%S; }
+say() { echo "[$(ts)] == $*"; }
+gpu_used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1; }
+kit_containers() { PYTHONPATH=/tmp/site python3 -c 'import docker; c=docker.from_env(); l=c.containers.list(all=True, filters={"label":"kit.run-id"}); print(len(l), [x.name+":"+x.status for x in l])'; }
+newest_partial() { ls -t results/*.partial.json 2>/dev/null | head -1; }
+save() { for f in "$@"; do [ -f "$f" ] && cp "$f" "$OUT/" && echo "saved $f"; done; }
