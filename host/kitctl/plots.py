@@ -8,11 +8,11 @@ before drawing.
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .fileio import replace_atomically
 from .sources import KITCTL, Source
 from .summary import engine_family, engine_label
 
@@ -70,18 +70,8 @@ def _mpl():
 
 
 def _save(fig: Any, path: Path) -> None:
-    """Write the PNG under a temporary name beside it, then rename it into place: a full disk or an
-    interruption leaves the previous file or none, never a truncated PNG."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        fig.savefig(tmp, format="png")
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise
+    """The PNG through a temporary file: a full disk leaves the previous file or none, never a truncated PNG."""
+    replace_atomically(path, lambda tmp: fig.savefig(tmp, format="png"))
 
 
 def _safe(name: str) -> str:

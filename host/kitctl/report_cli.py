@@ -42,18 +42,9 @@ def _emit(md: str) -> None:
 
 def _write_atomic(path: Path, text: str) -> None:
     """A temporary file beside `path`, renamed into place: a full disk leaves no truncated report."""
-    import os
+    from .fileio import replace_atomically
 
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise
+    replace_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def report(
