@@ -9,7 +9,7 @@
 #
 #   .ci/cdi-dockerd.sh fetch    download the engine into $DIR (network; skipped when present)
 #   .ci/cdi-dockerd.sh start    start it (fetching first if needed), wait until it answers, and
-#                               import the stand-in image (a rootfs of /bin/true)
+#                               import the stand-in image (a rootfs of /bin/true, labelled as the kit's pytorch image so the label check lets the GPU probe run)
 #   .ci/cdi-dockerd.sh stop     stop it (TERM, then KILL after 20 s) and unmount what it left
 #   .ci/cdi-dockerd.sh host     print its DOCKER_HOST
 #
@@ -26,7 +26,7 @@ WAIT_S="${KITCTL_CDI_WAIT_S:-60}"
 SOCK="$RUN/docker.sock"
 HOST="unix://$SOCK"
 # The names the tests use (tests/test_gpu_request.py reads them from here: keep them in step).
-STANDIN_IMAGE="kitctl-cdi-test/true:1"
+STANDIN_IMAGE="kitctl-cdi-test/true:2"
 MISSING_NODE="/dev/kitctl-cdi-test-no-such-gpu"
 FAKE_UUID="GPU-cd1cd1cd-0000-4000-8000-000000000000"
 
@@ -87,7 +87,8 @@ standin_image() {
     cp -L "$lib" "$r$lib"
   done
   [[ -e $r/bin ]] || ln -s usr/bin "$r/bin"
-  tar -C "$r" -c . | docker -H "$HOST" import --change 'CMD ["/bin/true"]' - "$STANDIN_IMAGE" >/dev/null
+  tar -C "$r" -c . | docker -H "$HOST" import --change 'CMD ["/bin/true"]' \
+    --change 'LABEL kit.engine=pytorch kit.trial-protocol=1 kit.stand-in=cdi-test' - "$STANDIN_IMAGE" >/dev/null
   rm -rf "$r"
   log "imported $STANDIN_IMAGE in $(since "$t") s"
 }
