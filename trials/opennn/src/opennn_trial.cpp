@@ -65,6 +65,19 @@ kit::Json shape_json(const opennn::Shape& shape)
     return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
 }
 
+// The Adam settings every mode records (OpenNN's defaults for the betas and epsilon).
+kit::Json optimizer_settings(const opennn::AdaptiveMomentEstimation& adam, int64_t batch)
+{
+    kit::Json optimizer = kit::Json::object();
+    optimizer.set("name", "AdaptiveMomentEstimation");
+    optimizer.set("lr", double(adam.get_learning_rate()));
+    optimizer.set("beta_1", 0.9);
+    optimizer.set("beta_2", 0.999);
+    optimizer.set("epsilon", double(FLT_EPSILON));
+    optimizer.set("batch_size", batch);
+    return optimizer;
+}
+
 // OPENNN_* variables change what OpenNN does (profiling, sync, legacy conv, ...): record them.
 kit::Json opennn_environment()
 {
@@ -254,14 +267,7 @@ void train_opennn(const kit::Args& args, kit::Json& result)
     opennn_settings.set("environment", opennn_environment());
     settings.set("opennn", opennn_settings);
 
-    kit::Json optimizer = kit::Json::object();
-    optimizer.set("name", "AdaptiveMomentEstimation");
-    optimizer.set("lr", double(adam->get_learning_rate()));
-    optimizer.set("beta_1", 0.9);
-    optimizer.set("beta_2", 0.999);
-    optimizer.set("epsilon", double(FLT_EPSILON));
-    optimizer.set("batch_size", args.batch);
-    settings.set("optimizer", optimizer);
+    settings.set("optimizer", optimizer_settings(*adam, args.batch));
     settings.set("loss", "cross_entropy");
 
     kit::fault_point();
@@ -456,14 +462,7 @@ void train_resident(const kit::Args& args, kit::Json& result)
     path.set("environment", opennn_environment());
     settings.set("opennn", path);
 
-    kit::Json optimizer = kit::Json::object();
-    optimizer.set("name", "AdaptiveMomentEstimation");
-    optimizer.set("lr", double(adam->get_learning_rate()));
-    optimizer.set("beta_1", 0.9);
-    optimizer.set("beta_2", 0.999);
-    optimizer.set("epsilon", double(FLT_EPSILON));
-    optimizer.set("batch_size", args.batch);
-    settings.set("optimizer", optimizer);
+    settings.set("optimizer", optimizer_settings(*adam, args.batch));
     settings.set("loss", "cross_entropy");
 
     kit::fault_point();
