@@ -5,15 +5,6 @@
 # a hermetic CI build, whatever the network or TLS interception of the build host.
 # Wheels already there are checked and kept (pip download skips a file whose hash matches).
 set -euo pipefail
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-WHEELS="$HERE/wheels"
-LOCK="$HERE/requirements-cpu.lock"
-# Debian bookworm's python3 (the CI base image) is 3.11, its glibc 2.36. pip download takes
-# --platform tags literally, so every manylinux tag the lock's wheels use is named.
-PLATFORM=(--only-binary=:all: --python-version 3.11 --implementation cp --abi cp311
-          --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64
-          --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
-
-mkdir -p "$WHEELS"
-python3 -m pip download -q --no-deps --require-hashes "${PLATFORM[@]}" -r "$LOCK" -d "$WHEELS"
-echo "fetch-cpu-wheels: $(ls "$WHEELS"/*.whl | wc -l) wheels in $WHEELS match $(basename "$LOCK")"
+# Same platform tags and checks as the tensorflow image's: that script does it for this folder.
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+exec "$here/../tensorflow/fetch-cpu-wheels.sh" "$here"

@@ -5,7 +5,8 @@
 # a hermetic CI build, whatever the network or TLS interception of the build host.
 # Wheels already there are checked and kept (pip download skips a file whose hash matches).
 set -euo pipefail
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# An image folder as $1 (images/jax uses this script for its own lock); default: this one.
+HERE="$(cd "${1:-$(dirname "${BASH_SOURCE[0]}")}" && pwd)"
 WHEELS="$HERE/wheels"
 LOCK="$HERE/requirements-cpu.lock"
 # Debian bookworm's python3 (the CI base image) is 3.11, its glibc 2.36. pip download takes
