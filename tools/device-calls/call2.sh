@@ -2,7 +2,7 @@
 # Call 2: Docker setup; maxbatch pytorch-eager fp32 @16376 through Docker with a kill -9 of kitctl
 # mid-candidate, kitctl clean, a SIGINT mid-search, resumes to the end; then bf16 the same way (no faults).
 set -u
-cd "$(dirname "$0")/.."; . tools/device-calls/lib.sh
+cd "$(dirname "$0")/../.."; . tools/device-calls/lib.sh
 say setup; bash tools/device-docker-setup.sh pytorch >$OUT/setup2.log 2>&1 || { tail -30 $OUT/setup2.log; echo SETUP FAILED; exit 1; }
 grep -E '^step |imported' $OUT/setup2.log
 export KITCTL_IMAGE_VARIANT=host-userland

@@ -2,7 +2,7 @@
 # Call 3: Docker setup; a VRAM-gate kill through Docker (release time); throughput eager+cudagraph fp32
 # b128 5 runs through Docker and local; the local runtime's bf16 max-batch boundary check.
 set -u
-cd "$(dirname "$0")/.."; . tools/device-calls/lib.sh
+cd "$(dirname "$0")/../.."; . tools/device-calls/lib.sh
 say setup; bash tools/device-docker-setup.sh pytorch >$OUT/setup3.log 2>&1 || { tail -30 $OUT/setup3.log; echo SETUP FAILED; exit 1; }
 grep -E '^step |imported' $OUT/setup3.log
 export KITCTL_IMAGE_VARIANT=host-userland
