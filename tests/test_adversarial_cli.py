@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from kitctl import cli
-from kitctl.artifact import PARTIAL_SUFFIX, load, open_for_resume
+from kitctl.core.artifact import PARTIAL_SUFFIX, load, open_for_resume
 
 ENTRY = [sys.executable, "-c", "from kitctl.entry import main; main()"]
 CPU = ["run", "maxbatch", "--device", "cpu", "--runtime", "local"]

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from kitctl import artifact as art
-from kitctl.artifact import PARTIAL_SUFFIX, ArtifactError, ArtifactStore
+from kitctl.core import artifact as art
+from kitctl.core.artifact import PARTIAL_SUFFIX, ArtifactError, ArtifactStore
 from kitctl.cli import _configuration, _new_doc
-from kitctl.engines import parse_engines
-from kitctl.outcome import KilledBy, MemoryPeaks, Status, TrialOutcome
-from kitctl.protocol import TrialRequest
-from kitctl.runner import new_cell
+from kitctl.core.engines import parse_engines
+from kitctl.core.outcome import KilledBy, MemoryPeaks, Status, TrialOutcome
+from kitctl.core.protocol import TrialRequest
+from kitctl.benchmarks.maxbatch.run import new_cell
 from kitctl.runtimes.base import RawRun, classify
 
 STAMP = "20260101T000000Z"

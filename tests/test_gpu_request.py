@@ -30,10 +30,11 @@ pytestmark = pytest.mark.docker
 
 from fake_nvml import FakeDevice, FakeNvmlLib  # noqa: E402
 
-import kitctl.gpu as gpu_mod  # noqa: E402
-from kitctl import artifact, cli  # noqa: E402
+import kitctl.core.gpu as gpu_mod  # noqa: E402
+from kitctl import cli
+from kitctl.core import artifact  # noqa: E402
 from kitctl.doctor import run_checks  # noqa: E402
-from kitctl.protocol import TrialRequest  # noqa: E402
+from kitctl.core.protocol import TrialRequest  # noqa: E402
 from kitctl.runtimes.base import RuntimeUnavailable  # noqa: E402
 from kitctl.runtimes.docker import (  # noqa: E402
     LABEL_RUN_ID, DockerRuntime, GpuRequest, gpu_request_order, probe_gpu_request, remove_run_containers,
@@ -267,7 +268,7 @@ def test_an_unknown_cdi_device_is_the_daemons_unresolvable_error(cdi_client):
 @pytest.fixture
 def standin_home(tmp_path, monkeypatch):
     """KITCTL_HOME with a compose.yaml naming the stand-in image (kit_root is cached: cleared around)."""
-    from kitctl import paths
+    from kitctl.core import paths
 
     home = _standin_home(tmp_path)
     monkeypatch.setenv("KITCTL_HOME", str(home))

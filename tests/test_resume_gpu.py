@@ -6,7 +6,7 @@ import pytest
 
 from fake_nvml import FakeDevice, FakeNvmlLib
 
-import kitctl.gpu as gpu_mod
+import kitctl.core.gpu as gpu_mod
 from kitctl import cli
 
 FIRST = "GPU-892ab65f-970f-84fa-2bc5-f46331c585a2"

@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from kitctl.artifact import ArtifactStore, load
-from kitctl.budget import make_budget
+from kitctl.core.artifact import ArtifactStore, load
+from kitctl.core.budget import make_budget
 from kitctl.cli import _configuration, _new_doc
-from kitctl.engines import ENGINES
-from kitctl.outcome import MemoryPeaks, Status, TrialOutcome
-from kitctl.protocol import TrialRequest
-from kitctl.runner import Runner, RunPlan
+from kitctl.core.engines import ENGINES
+from kitctl.core.outcome import MemoryPeaks, Status, TrialOutcome
+from kitctl.core.protocol import TrialRequest
+from kitctl.benchmarks.maxbatch.run import Runner, RunPlan
 from kitctl.runtimes.base import Runtime, RuntimeUnavailable
-from kitctl.search import SearchConfig
+from kitctl.core.search import SearchConfig
 from kitctl.view import PlainView
 
 

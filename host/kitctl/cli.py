@@ -25,20 +25,20 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from . import artifact as art
-from . import signals
-from .artifact import ArtifactError, ArtifactStore, ArtifactWriteError
-from .budget import Budget, BudgetError, make_budget
-from .datasets import DataError, resolve_cifar10
-from .engines import ENGINES, MODEL_MIN_BATCH, EngineError, parse_engines
-from .protocol import TrialRequest
-from .provenance import host_info, image_trial_code, kit_info, trial_code
-from .runner import Runner, RunPlan, replay_problem
+from .core import artifact as art
+from .core import signals
+from .core.artifact import ArtifactError, ArtifactStore, ArtifactWriteError
+from .core.budget import Budget, BudgetError, make_budget
+from .core.datasets import DataError, resolve_cifar10
+from .core.engines import ENGINES, MODEL_MIN_BATCH, EngineError, parse_engines
+from .core.protocol import TrialRequest
+from .core.provenance import host_info, image_trial_code, kit_info, trial_code
+from .benchmarks.maxbatch.run import Runner, RunPlan, replay_problem
 from .runtimes.base import RuntimeUnavailable
 from .runtimes.runstate import sweep_local_orphans
-from .search import STRATEGIES, SearchConfig
-from .signals import Interrupted
-from .summary import maxbatch_rows, ratios, throughput_ratio_pairs, throughput_rows
+from .core.search import STRATEGIES, SearchConfig
+from .core.signals import Interrupted
+from .benchmarks.maxbatch.table import maxbatch_rows, ratios, throughput_ratio_pairs, throughput_rows
 
 EXIT_OK, EXIT_INCOMPLETE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 DEFAULT_TIMEOUT_S = 900.0
@@ -54,9 +54,9 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Containerized max-batch and throughput benchmarks for deep-learning engines.")
 run_app = typer.Typer(no_args_is_help=True, help="Run a benchmark.")
 app.add_typer(run_app, name="run")
-from .report_cli import register as _register_reports  # noqa: E402  (report, compare, results list)
+from .reports.cli import register as _register_reports  # noqa: E402  (report, compare, results list)
 _register_reports(app)
-from . import clean, doctor, images_cmd  # noqa: E402  (issue 5: images, doctor, clean)
+from .runtimes import clean; from . import doctor; from .images import cli as images_cmd  # noqa: E402  (issue 5: images, doctor, clean)
 app.add_typer(images_cmd.images_app, name="images"); app.command("doctor")(doctor.doctor); app.command("clean")(clean.clean)  # noqa: E702,E501
 
 err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)  # messages carry [brackets] (daemon errors)
@@ -104,7 +104,7 @@ class GpuContext:
 
 def _open_gpu(gpu: str | None, vram_limit: int | None, reserve: int, require_idle: bool,
               idle_threshold: float) -> GpuContext:
-    from .gpu import GpuError, Nvml, check_idle
+    from .core.gpu import GpuError, Nvml, check_idle
 
     try:
         nvml = Nvml()
@@ -303,7 +303,7 @@ def _check_resumed(benchmark: str, doc: dict[str, Any]) -> None:
                                                                   min_batch=MODEL_MIN_BATCH[cfg["model"]]),
                                      cfg["strategy"])
             else:
-                from .throughput import replay_problem as runs_problem
+                from .benchmarks.throughput.run import replay_problem as runs_problem
                 why = runs_problem(cell, cfg["batch"], cfg["runs"])
         except (KeyError, TypeError, ValueError) as exc:
             why = f"a recorded candidate cannot be read ({type(exc).__name__}: {exc})"
@@ -465,7 +465,7 @@ def _base_request(benchmark: str, cfg: dict[str, Any], **kw: Any) -> TrialReques
 def _watcher_factory(gpuctx: GpuContext | None):
     if gpuctx is None:
         return None
-    from .sampler import NvmlSampler
+    from .core.sampler import NvmlSampler
 
     def factory(budget_mib: float | None, _g=gpuctx):
         return NvmlSampler(_g.nvml, _g.handle, budget_mib)
@@ -645,7 +645,7 @@ def throughput(
     gpu_request: GpuRequestName = O_GPU_REQUEST,
 ) -> None:
     """Steady-state training images/s at one batch, per engine and precision, over fresh runs."""
-    from .throughput import ThroughputPlan, ThroughputRunner
+    from .benchmarks.throughput.run import ThroughputPlan, ThroughputRunner
 
     console = Console(highlight=False)
     s, cfg = _setup("throughput", _given_flags(ctx), resume, timeout, gpu, results_dir, python, require_gpu_idle,

@@ -127,7 +127,7 @@ def run_checks(*, client: Any = None, variant: str | None = None, idle_threshold
     # -- compose.yaml ---------------------------------------------------------------------------
     compose = None
     try:
-        from .compose import ComposeError, load_compose
+        from .images.compose import ComposeError, load_compose
 
         try:
             compose = load_compose(compose_path)
@@ -163,7 +163,7 @@ def run_checks(*, client: Any = None, variant: str | None = None, idle_threshold
     driver: str | None = None
     gpus: list[tuple[int, Any, Any]] = []  # (index, handle, GpuInfo)
     try:
-        from .gpu import GpuError, Nvml
+        from .core.gpu import GpuError, Nvml
 
         try:
             nvml = nvml if nvml is not None else Nvml()
@@ -191,7 +191,7 @@ def run_checks(*, client: Any = None, variant: str | None = None, idle_threshold
     rows: list[dict[str, Any]] = []
     if compose is not None:
         try:
-            from .imagestore import image_rows
+            from .images.store import image_rows
 
             rows = image_rows(client, compose, list(compose.services))  # no client: all "absent"
         except Exception as exc:  # noqa: BLE001
@@ -306,7 +306,7 @@ def run_checks(*, client: Any = None, variant: str | None = None, idle_threshold
         rep.add("gpu-idle", "skip", "not checked: no GPU through NVML")
     for i, h, g in gpus:
         try:
-            from .gpu import check_idle
+            from .core.gpu import check_idle
 
             busy = check_idle(nvml, h, idle_threshold_mib)
             if busy is None:
@@ -384,8 +384,8 @@ def run_checks(*, client: Any = None, variant: str | None = None, idle_threshold
 
 def local_trial_checks(rep: Report) -> None:
     """Compiled trials (OpenNN) for `--runtime local`: built here, and from which commit."""
-    from .engines import ENGINES
-    from .paths import native_build_info, native_trial
+    from .core.engines import ENGINES
+    from .core.paths import native_build_info, native_trial
 
     for engine in {e.trial: e for e in ENGINES.values() if e.native}.values():
         exe, name = native_trial(engine.name), f"local-trial:{engine.trial}"

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import artifact as art
+from ..core import artifact as art
 from . import reference
-from .artifact import ArtifactError
-from .summary import Row, ThroughputRow, TrialPoint, maxbatch_rows, throughput_rows, trial_points
+from ..core.artifact import ArtifactError
+from ..benchmarks.maxbatch.table import Row, ThroughputRow, TrialPoint, maxbatch_rows, throughput_rows, trial_points
 
 KITCTL, REFERENCE = "kitctl", "reference"
 

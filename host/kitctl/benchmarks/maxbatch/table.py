@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from .engines import ENGINES
+from ...core.engines import ENGINES
 
 MEMORY_FAILURES = frozenset({"oom", "vram_cap_exceeded", "host_oom_killed"})
 CAPACITY_STATUSES = frozenset({"bounded_by_memory_failure", "censored_at_max_batch"})

@@ -18,7 +18,7 @@ from typing import Any, Callable
 from . import reference
 from .plots import PlotFile
 from .sources import KITCTL, Source
-from .summary import (CAPACITY_STATUSES, MEMORY_FAILURES, Ratio, Row, engine_label,
+from ..benchmarks.maxbatch.table import (CAPACITY_STATUSES, MEMORY_FAILURES, Ratio, Row, engine_label,
                       failures_below_pass, peak_inversions, ratio_pairs, throughput_ratio_pairs)
 
 _MODEL_NAMES = {"resnet50": "ResNet-50"}
