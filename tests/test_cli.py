@@ -265,10 +265,11 @@ def cpu_partial(folder: Path) -> Path:
     import types
 
     from kitctl.core.artifact import ArtifactStore
-    from kitctl.cli import _configuration, _new_doc
+    from kitctl.benchmarks.maxbatch.config import MaxbatchConfig
+    from kitctl.launch import new_doc as _new_doc
     from kitctl.core.engines import parse_engines
 
-    cfg = _configuration("pytorch-eager", "fp32", "cpu", None, 256, 2, 2, 5.0, "local", "synthetic", None,
+    cfg = MaxbatchConfig.from_flags("pytorch-eager", "fp32", "cpu", None, 256, 2, 2, 5.0, "local", "synthetic", None,
                          False, None, 16, "protocol", None)
     doc = _new_doc("resumetest01", cfg, None, types.SimpleNamespace(name="local"), parse_engines("pytorch-eager"))
     store = ArtifactStore.create(folder, "maxbatch", "resnet50", "synthetic")
@@ -407,13 +408,14 @@ def local_partial(folder: Path, trials: tuple[tuple[int, str], ...] = (), start:
     """A partial as `kitctl run maxbatch --device cpu --runtime local` leaves it, with `trials`
     (batch, status) recorded in its one cell; `edit(doc)` may then change it as a user could."""
     from kitctl.core.artifact import ArtifactStore
-    from kitctl.cli import _configuration, _new_doc
+    from kitctl.benchmarks.maxbatch.config import MaxbatchConfig
+    from kitctl.launch import new_doc as _new_doc
     from kitctl.core.engines import parse_engines
     from kitctl.core.outcome import MemoryPeaks, Status, TrialOutcome
     from kitctl.benchmarks.maxbatch.run import new_cell
     from kitctl.runtimes.local import LocalRuntime
 
-    cfg = _configuration("pytorch-eager", "fp32", "cpu", None, 256, start, max_batch, 60.0, "local", "synthetic",
+    cfg = MaxbatchConfig.from_flags("pytorch-eager", "fp32", "cpu", None, 256, start, max_batch, 60.0, "local", "synthetic",
                          None, False, None, 16, "protocol", None)
     rt = LocalRuntime()
     doc = _new_doc("resumetest02", cfg, None, rt, parse_engines("pytorch-eager"))
@@ -553,13 +555,14 @@ def test_resume_while_another_kitctl_holds_the_partial_is_refused(work, tmp_path
 def throughput_partial(folder: Path, runs: int, recorded: int, edit=None) -> Path:
     """A `run throughput --device cpu --runtime local` partial with `recorded` ok runs of 4 images/s."""
     from kitctl.core.artifact import ArtifactStore
-    from kitctl.cli import _new_doc, _throughput_configuration
+    from kitctl.benchmarks.throughput.config import ThroughputConfig
+    from kitctl.launch import new_doc as _new_doc
     from kitctl.core.engines import parse_engines
     from kitctl.core.outcome import MemoryPeaks, Status, TrialOutcome
     from kitctl.runtimes.local import LocalRuntime
     from kitctl.benchmarks.throughput.run import new_throughput_cell, run_figures
 
-    cfg = _throughput_configuration("pytorch-eager", "fp32", "cpu", None, 256, 2, runs, 1, 1, 60.0, "local",
+    cfg = ThroughputConfig.from_flags("pytorch-eager", "fp32", "cpu", None, 256, 2, runs, 1, 1, 60.0, "local",
                                     "synthetic", None, False, None, None)
     rt = LocalRuntime()
     doc = _new_doc("resumetest03", cfg, None, rt, parse_engines("pytorch-eager"), "throughput")

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kitctl import cli
+from kitctl import launch
+from kitctl.errors import Fail
 from kitctl.core.engines import ENGINES
 from kitctl.core.outcome import Status
 from kitctl.core.protocol import TrialRequest
@@ -51,8 +52,8 @@ def test_missing_program_is_one_line_naming_the_build_script(prefix):
 
 
 def test_cli_runtime_choice_refuses_an_unbuilt_trial(prefix):
-    with pytest.raises(cli.Fail, match="no trial program"):
-        cli._make_runtime("local", OPENNN, "cuda", None, "r1", None, None, None, [])
+    with pytest.raises(Fail, match="no trial program"):
+        launch.make_runtime("local", OPENNN, "cuda", None, "r1", None, None, None, [])
 
 
 def test_python_engines_need_no_program(prefix):

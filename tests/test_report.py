@@ -20,7 +20,8 @@ from kitctl.core.artifact import ArtifactError
 from kitctl.reports.compare import compare
 from kitctl.reports.report import caveats, cudnn_text, render
 from kitctl.reports.sources import load_source
-from kitctl.benchmarks.maxbatch.table import peak_inversions, ratio_pairs, ratios, throughput_ratio_pairs
+from kitctl.benchmarks.maxbatch.table import peak_inversions, ratio_pairs, ratios
+from kitctl.benchmarks.throughput.table import throughput_ratio_pairs
 
 DATA = Path(__file__).resolve().parent / "data"
 ENTRY = [sys.executable, "-c", "from kitctl.cli import main; main()"]

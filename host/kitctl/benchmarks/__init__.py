@@ -45,7 +45,9 @@ class Benchmark:
     config: type  # the frozen configuration dataclass (from_flags / to_json / from_json)
     command: Callable[..., Any]  # the typer command function registered as `kitctl run <name>`
     report_result: Callable[[Any], list[str]]  # Markdown lines of one artifact's "Result" (a reports Source)
-    report_unit: str = ""  # what the report overview's figure column holds, e.g. "max batch"
+    report_ratios: Callable[[list[Any]], list[Any]]  # Sources -> the Ratio list of their "Headline ratios"
+    ratio_what: str  # "_Fewer than two engines with a <ratio_what> per precision_": "max batch"
+    report_unit: str  # the report overview's side-by-side figure: "max batch", "images/s (median)"
     plots: Callable[..., list[Any]] | None = None  # (sources, out_dir) -> PlotFiles, for `report --plots`
 
 

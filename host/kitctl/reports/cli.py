@@ -101,7 +101,7 @@ def compare(
     comparable (the results measure different things; --force compares them anyway)."""
     from . import compare as cmpmod
     from .sources import load_source
-    from ..benchmarks.maxbatch.table import engine_label
+    from ..core.tables import engine_label
 
     if not math.isfinite(threshold) or threshold < 0:
         _fail(f"--threshold must be a percentage ≥ 0 (got {threshold})")

@@ -24,7 +24,9 @@ from typing import Any
 from . import reference
 from ..core.artifact import ArtifactError
 from .sources import KITCTL, Source
-from ..benchmarks.maxbatch.table import Row, ThroughputRow, engine_label, intervals_overlap
+from ..core.tables import engine_label, intervals_overlap
+from ..benchmarks.maxbatch.table import Row
+from ..benchmarks.throughput.table import ThroughputRow
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ from typing import Any
 from ..core import artifact as art
 from . import reference
 from ..core.artifact import ArtifactError
-from ..benchmarks.maxbatch.table import Row, ThroughputRow, TrialPoint, maxbatch_rows, throughput_rows, trial_points
+from ..benchmarks.maxbatch.table import Row, TrialPoint, maxbatch_rows, trial_points
+from ..benchmarks.throughput.table import ThroughputRow, throughput_rows
 
 KITCTL, REFERENCE = "kitctl", "reference"
 
