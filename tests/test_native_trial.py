@@ -93,7 +93,8 @@ def test_default_prefix_is_the_checkouts_build_folder(monkeypatch):
 
 
 def test_doctor_says_whether_the_local_trial_is_built(prefix):
-    from kitctl.doctor import Report, local_trial_checks
+    from kitctl.doctor.base import Report
+    from kitctl.doctor.checks import local_trial_checks
 
     rep = Report()
     local_trial_checks(rep)
