@@ -41,6 +41,11 @@ class Source:
     points: dict[tuple[str, str], list[TrialPoint]] = field(default_factory=dict)
 
     @property
+    def is_kitctl(self) -> bool:
+        """kitctl's own artifact (else the reference runner's JSON)."""
+        return self.kind == KITCTL
+
+    @property
     def name(self) -> str:
         return self.path.name
 

@@ -18,8 +18,6 @@ def row_value(r: Row) -> str:
 
 
 def result_table(src: Source) -> list[str]:
-    from ...reports.sources import KITCTL
-
     rows = []
     for r in src.rows:
         nxt = f"{r.next_batch:,}" + (f" ({r.next_status})" if r.next_status else "") if r.next_batch else "—"
@@ -31,7 +29,7 @@ def result_table(src: Source) -> list[str]:
     out = table(["Engine", "Precision", "Max batch", f"Peak {mem} at max", "Next batch", "Result"], rows,
                  right={2, 3, 4})
     srcs = sorted({r.peak_source for r in src.rows if r.peak_source})
-    if src.kind == KITCTL:
+    if src.is_kitctl:
         gate = "B" if src.budget_mib is not None else "the memory limit"
         foot = (f"Max batch: the largest batch whose candidate passed (the capacity rule below, memory "
                 f"under {gate}); next batch: the verified failure above it. ")
