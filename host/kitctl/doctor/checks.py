@@ -1,6 +1,6 @@
 """`kitctl doctor`'s checks, one small named function each, in the order they run (CHECKS).
 
-Each writes its line(s) into `h.rep` and leaves what later checks need on `h`; a check that
+Each writes its line(s) into `ctx.rep` and leaves what later checks need on `ctx`; a check that
 breaks reports itself as failed, never raises.
 """
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 from .base import FIX_CDI, FIX_DOCKER, FIX_DRIVER, FIX_TOOLKIT, Host, Report, _driver_major, _one_line, _safe_info, cuda_requirement
 
 
-def check_compose(h: Host) -> None:
+def check_compose(ctx: Host) -> None:
     """compose.yaml parses (the image names come from it)."""
-    rep, compose_path = h.rep, h.compose_path
+    rep, compose_path = ctx.rep, ctx.compose_path
     compose = None
     try:
         from ..images.compose import ComposeError, load_compose
@@ -29,12 +29,12 @@ def check_compose(h: Host) -> None:
                     "`docker-compose -f compose.yaml config` shows what Compose makes of it")
     except Exception as exc:  # noqa: BLE001
         rep.add("compose", "error", f"reading compose.yaml failed: {_one_line(exc)}")
-    h.compose = compose
+    ctx.compose = compose
 
 
-def check_docker(h: Host) -> None:
+def check_docker(ctx: Host) -> None:
     """The daemon answers; its version."""
-    rep, client = h.rep, h.client
+    rep, client = ctx.rep, ctx.client
     own_client = client is None
     docker_ok = False
     try:
@@ -53,14 +53,14 @@ def check_docker(h: Host) -> None:
     except Exception as exc:  # noqa: BLE001  RuntimeUnavailable, APIError, OSError
         rep.add("docker", "error", _one_line(exc), FIX_DOCKER)
         client = None
-    h.own_client = own_client
-    h.docker_ok = docker_ok
-    h.client = client
+    ctx.own_client = own_client
+    ctx.docker_ok = docker_ok
+    ctx.client = client
 
 
-def check_nvml(h: Host) -> None:
+def check_nvml(ctx: Host) -> None:
     """The NVIDIA driver through NVML: GPUs, driver version."""
-    rep, nvml = h.rep, h.nvml
+    rep, nvml = ctx.rep, ctx.nvml
     driver: str | None = None
     gpus: list[tuple[int, Any, Any]] = []  # (index, handle, GpuInfo)
     try:
@@ -87,14 +87,14 @@ def check_nvml(h: Host) -> None:
                     FIX_DRIVER)
     except Exception as exc:  # noqa: BLE001
         rep.add("nvml", "error", f"NVML failed: {_one_line(exc)}", FIX_DRIVER)
-    h.driver = driver
-    h.gpus = gpus
-    h.nvml = nvml
+    ctx.driver = driver
+    ctx.gpus = gpus
+    ctx.nvml = nvml
 
 
-def check_images(h: Host) -> None:
+def check_images(ctx: Host) -> None:
     """The image `kitctl run` would use for each compose service: present and the kit's."""
-    rep, compose, client, variant = h.rep, h.compose, h.client, h.variant
+    rep, compose, client, variant = ctx.rep, ctx.compose, ctx.client, ctx.variant
     rows: list[dict[str, Any]] = []
     if compose is not None:
         try:
@@ -128,12 +128,12 @@ def check_images(h: Host) -> None:
                 rep.add(f"image:{svc.name}", "warn", f"{name} is not present",
                         f"kitctl images build {svc.name}{' --variant ' + v if v else ''} "
                         f"(or kitctl images pull {svc.name} --registry HOST:PORT)")
-    h.rows = rows
+    ctx.rows = rows
 
 
-def check_nvidia_runtime(h: Host) -> None:
+def check_nvidia_runtime(ctx: Host) -> None:
     """Which GPU request the daemon honours (a throw-away container per kind)."""
-    rep, client, rows, gpus, probe = h.rep, h.client, h.rows, h.gpus, h.probe
+    rep, client, rows, gpus, probe = ctx.rep, ctx.client, ctx.rows, ctx.gpus, ctx.probe
     nvidia_ok = False
     if client is None:
         rep.add("nvidia-runtime", "skip", "not checked: no Docker daemon", FIX_DOCKER)
@@ -170,12 +170,12 @@ def check_nvidia_runtime(h: Host) -> None:
             else:
                 rep.add("nvidia-runtime", "error", f"the daemon attaches a GPU by neither request — {said} "
                         f"(probe with {present[0]}; {daemon})", f"{FIX_TOOLKIT}; {FIX_CDI}")
-    h.nvidia_ok = nvidia_ok
+    ctx.nvidia_ok = nvidia_ok
 
 
-def check_cuda(h: Host) -> None:
+def check_cuda(ctx: Host) -> None:
     """The driver against each image's CUDA: which images this host can run."""
-    rep, driver, rows, client = h.rep, h.driver, h.rows, h.client
+    rep, driver, rows, client = ctx.rep, ctx.driver, ctx.rows, ctx.client
     major = _driver_major(driver)
     seen: set[str] = set()
     for r in rows:
@@ -217,9 +217,9 @@ def check_cuda(h: Host) -> None:
                 None if rep.runnable else "a GPU run needs a present image whose CUDA this driver supports")
 
 
-def check_gpu_idle(h: Host) -> None:
+def check_gpu_idle(ctx: Host) -> None:
     """Each GPU holds no memory, or who holds it."""
-    rep, gpus, nvml, idle_threshold_mib = h.rep, h.gpus, h.nvml, h.idle_threshold_mib
+    rep, gpus, nvml, idle_threshold_mib = ctx.rep, ctx.gpus, ctx.nvml, ctx.idle_threshold_mib
     if not gpus:
         rep.add("gpu-idle", "skip", "not checked: no GPU through NVML")
     for i, h, g in gpus:
@@ -238,9 +238,9 @@ def check_gpu_idle(h: Host) -> None:
             rep.add(f"gpu-idle:{i}", "warn", f"GPU {i}: reading its memory failed: {_one_line(exc)}")
 
 
-def check_disk(h: Host) -> None:
+def check_disk(ctx: Host) -> None:
     """Free space where Docker keeps images (DockerRootDir)."""
-    rep, client, min_free_gib = h.rep, h.client, h.min_free_gib
+    rep, client, min_free_gib = ctx.rep, ctx.client, ctx.min_free_gib
     if client is None:
         rep.add("disk", "skip", "not checked: no Docker daemon")
     else:
@@ -261,9 +261,9 @@ def check_disk(h: Host) -> None:
                     f"({exc.strerror or exc}); a remote daemon?")
 
 
-def check_orphans(h: Host) -> None:
+def check_orphans(ctx: Host) -> None:
     """Kit containers whose owner is gone (`kitctl clean` removes them)."""
-    rep, client = h.rep, h.client
+    rep, client = ctx.rep, ctx.client
     if client is not None:
         try:
             from ..runtimes.docker import sweep_orphans
@@ -278,14 +278,14 @@ def check_orphans(h: Host) -> None:
             rep.add("orphans", "warn", f"listing kit containers failed: {_one_line(exc)}")
 
 
-def check_local_trials(h: Host) -> None:
+def check_local_trials(ctx: Host) -> None:
     """Compiled trials (OpenNN) for `--runtime local`."""
-    local_trial_checks(h.rep)
+    local_trial_checks(ctx.rep)
 
 
-def check_gpu_run(h: Host) -> None:
+def check_gpu_run(ctx: Host) -> None:
     """Can `kitctl run maxbatch --runtime docker` start on the GPU here?"""
-    rep, docker_ok, gpus, client, nvidia_ok = h.rep, h.docker_ok, h.gpus, h.client, h.nvidia_ok
+    rep, docker_ok, gpus, client, nvidia_ok = ctx.rep, ctx.docker_ok, ctx.gpus, ctx.client, ctx.nvidia_ok
     why = []
     if not docker_ok:
         why.append("no Docker daemon")
