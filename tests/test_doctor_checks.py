@@ -5,8 +5,8 @@ from kitctl.doctor.base import Host, Report
 from kitctl.doctor.checks import CHECKS, check_cuda, check_gpu_run
 
 
-def host(**found) -> Host:
-    return Host(Report(), None, 1024.0, 20.0, False, None, None, None, **found)
+def host(client=None, **found) -> Host:
+    return Host(Report(), None, 1024.0, 20.0, False, None, client, None, **found)
 
 
 def test_the_verdict_alone_names_what_is_missing():
