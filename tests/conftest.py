@@ -60,7 +60,7 @@ def _build_ci_image(client, service: str, wheel_glob: str) -> str:
     """Build compose.yaml's cpu-ci variant of `service` now (the layer cache keeps rebuilds quick)."""
     import docker
 
-    from kitctl.compose import load_compose, provenance_build_args
+    from kitctl.images.compose import load_compose, provenance_build_args
     from kitctl.runtimes.docker import ImageBuildError, build_image
 
     try:

@@ -1,7 +1,7 @@
 """FakeNvmlLib: a small stand-in for `pynvml` (nvidia-ml-py) on hosts without a GPU.
 
 It is the only fake in these tests and it replaces NVML itself, never kitctl code:
-pass it as `kitctl.gpu.Nvml(lib=FakeNvmlLib(...))` and the real `Nvml` adapter, the
+pass it as `kitctl.core.gpu.Nvml(lib=FakeNvmlLib(...))` and the real `Nvml` adapter, the
 real `NvmlSampler` and the real `check_idle` run against it.
 
 It mirrors the pynvml calls the kit makes, with pynvml's shapes:

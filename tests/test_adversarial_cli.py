@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from kitctl import cli
-from kitctl.artifact import PARTIAL_SUFFIX, load, open_for_resume
+from kitctl import launch
+from kitctl.core.artifact import PARTIAL_SUFFIX, load, open_for_resume
 
 ENTRY = [sys.executable, "-c", "from kitctl.entry import main; main()"]
 CPU = ["run", "maxbatch", "--device", "cpu", "--runtime", "local"]
@@ -64,7 +64,7 @@ def assert_nothing_or_a_resumable_partial(results: Path) -> str:
     store, doc = open_for_resume(partial)  # schema-valid, not complete, lockable
     try:
         assert doc["state"] == "interrupted", doc["state"]
-        cli._check_resumed(doc["benchmark"], doc)  # what `--resume` checks before it writes
+        launch.check_resumed(doc["benchmark"], doc)  # what `--resume` checks before it writes
     finally:
         store.release()
     return "partial"
@@ -189,7 +189,7 @@ def test_disk_full_mid_run_keeps_the_partial_and_says_how_to_resume(tiny_disk):
     assert sorted(f.name for f in results.iterdir()) == [partial.name]  # no temp file, no lock left
     doc = load(partial)
     assert doc["results"][0]["trials"], "the run should have recorded candidates before the disk filled"
-    cli._check_resumed("maxbatch", doc)
+    launch.check_resumed("maxbatch", doc)
 
 
 def test_disk_full_before_the_first_byte_writes_nothing(tiny_disk):

@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from kitctl import artifact as art
-from kitctl.artifact import PARTIAL_SUFFIX, ArtifactError, ArtifactStore
-from kitctl.cli import _configuration, _new_doc
-from kitctl.engines import parse_engines
-from kitctl.outcome import KilledBy, MemoryPeaks, Status, TrialOutcome
-from kitctl.protocol import TrialRequest
-from kitctl.runner import new_cell
+from kitctl.core import artifact as art
+from kitctl.core.artifact import PARTIAL_SUFFIX, ArtifactError, ArtifactStore
+from kitctl.benchmarks.maxbatch.config import MaxbatchConfig
+from kitctl.launch import new_doc as _new_doc
+from kitctl.core.engines import parse_engines
+from kitctl.core.outcome import KilledBy, MemoryPeaks, Status, TrialOutcome
+from kitctl.core.protocol import TrialRequest
+from kitctl.benchmarks.maxbatch.run import new_cell
 from kitctl.runtimes.base import RawRun, classify
 
 STAMP = "20260101T000000Z"
@@ -28,7 +29,7 @@ STAMP = "20260101T000000Z"
 
 def make_doc(engines: str = "pytorch-eager", precision: str = "fp32", **over) -> dict:
     """Mirrors `kitctl run maxbatch --device cpu --runtime local` before its first candidate."""
-    cfg = _configuration(engines, precision, "cpu", None, 256, 128, 1 << 20, None, "local", "synthetic",
+    cfg = MaxbatchConfig.from_flags(engines, precision, "cpu", None, 256, 128, 1 << 20, None, "local", "synthetic",
                          None, False, None, 16, "protocol", None)
     rt = types.SimpleNamespace(name="local")
     doc = _new_doc("run0123abcd", cfg, None, rt, parse_engines(engines))

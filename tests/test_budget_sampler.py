@@ -1,7 +1,7 @@
 """The VRAM rule: budget arithmetic, the NVML sampler (the gate) and the NVML adapter.
 
 No GPU here: `tests/fake_nvml.FakeNvmlLib` stands in for pynvml, and the real
-`kitctl.gpu.Nvml`, `NvmlSampler` and `check_idle` run against it.
+`kitctl.core.gpu.Nvml`, `NvmlSampler` and `check_idle` run against it.
 """
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import time
 import pytest
 
 from fake_nvml import FakeDevice, FakeNvmlLib, FakeProcess, NVMLError
-from kitctl.budget import BudgetError, Overhead, framework_budget, make_budget, overhead_from
-from kitctl.gpu import GpuError, Nvml, check_idle
-from kitctl.outcome import KilledBy, MemoryPeaks, Status, TrialOutcome
-from kitctl.sampler import BASELINE_READS, NvmlSampler
+from kitctl.core.budget import BudgetError, Overhead, framework_budget, make_budget, overhead_from
+from kitctl.core.gpu import GpuError, Nvml, check_idle
+from kitctl.core.outcome import KilledBy, MemoryPeaks, Status, TrialOutcome
+from kitctl.core.sampler import BASELINE_READS, NvmlSampler
 
 H200_MIB = 143771.0
 

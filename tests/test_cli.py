@@ -264,11 +264,12 @@ def cpu_partial(folder: Path) -> Path:
     """A valid partial artifact of a `--device cpu --runtime local` run, as the CLI writes it."""
     import types
 
-    from kitctl.artifact import ArtifactStore
-    from kitctl.cli import _configuration, _new_doc
-    from kitctl.engines import parse_engines
+    from kitctl.core.artifact import ArtifactStore
+    from kitctl.benchmarks.maxbatch.config import MaxbatchConfig
+    from kitctl.launch import new_doc as _new_doc
+    from kitctl.core.engines import parse_engines
 
-    cfg = _configuration("pytorch-eager", "fp32", "cpu", None, 256, 2, 2, 5.0, "local", "synthetic", None,
+    cfg = MaxbatchConfig.from_flags("pytorch-eager", "fp32", "cpu", None, 256, 2, 2, 5.0, "local", "synthetic", None,
                          False, None, 16, "protocol", None)
     doc = _new_doc("resumetest01", cfg, None, types.SimpleNamespace(name="local"), parse_engines("pytorch-eager"))
     store = ArtifactStore.create(folder, "maxbatch", "resnet50", "synthetic")
@@ -406,14 +407,15 @@ def local_partial(folder: Path, trials: tuple[tuple[int, str], ...] = (), start:
                   edit=None) -> Path:
     """A partial as `kitctl run maxbatch --device cpu --runtime local` leaves it, with `trials`
     (batch, status) recorded in its one cell; `edit(doc)` may then change it as a user could."""
-    from kitctl.artifact import ArtifactStore
-    from kitctl.cli import _configuration, _new_doc
-    from kitctl.engines import parse_engines
-    from kitctl.outcome import MemoryPeaks, Status, TrialOutcome
-    from kitctl.runner import new_cell
+    from kitctl.core.artifact import ArtifactStore
+    from kitctl.benchmarks.maxbatch.config import MaxbatchConfig
+    from kitctl.launch import new_doc as _new_doc
+    from kitctl.core.engines import parse_engines
+    from kitctl.core.outcome import MemoryPeaks, Status, TrialOutcome
+    from kitctl.benchmarks.maxbatch.run import new_cell
     from kitctl.runtimes.local import LocalRuntime
 
-    cfg = _configuration("pytorch-eager", "fp32", "cpu", None, 256, start, max_batch, 60.0, "local", "synthetic",
+    cfg = MaxbatchConfig.from_flags("pytorch-eager", "fp32", "cpu", None, 256, start, max_batch, 60.0, "local", "synthetic",
                          None, False, None, 16, "protocol", None)
     rt = LocalRuntime()
     doc = _new_doc("resumetest02", cfg, None, rt, parse_engines("pytorch-eager"))
@@ -521,7 +523,7 @@ def test_resume_rederives_a_cell_the_partial_calls_done(work, tmp_path):
     p = kitctl(work, "run", "maxbatch", "--resume", str(partial), "--timeout", "30", "--idle-threshold", "512",
                results=False)
     assert p.returncode == 0, p.stderr[-2000:]
-    from kitctl.artifact import load
+    from kitctl.core.artifact import load
 
     final = load(partial.with_name(partial.name.replace(".partial.json", ".json")))
     (cell,) = final["results"]
@@ -533,7 +535,7 @@ def test_resume_rederives_a_cell_the_partial_calls_done(work, tmp_path):
 
 
 def test_resume_while_another_kitctl_holds_the_partial_is_refused(work, tmp_path):
-    from kitctl.artifact import ArtifactStore
+    from kitctl.core.artifact import ArtifactStore
 
     partial = local_partial(tmp_path / "old", trials=((2, "ok"),))
     holder = ArtifactStore(partial)
@@ -552,14 +554,15 @@ def test_resume_while_another_kitctl_holds_the_partial_is_refused(work, tmp_path
 
 def throughput_partial(folder: Path, runs: int, recorded: int, edit=None) -> Path:
     """A `run throughput --device cpu --runtime local` partial with `recorded` ok runs of 4 images/s."""
-    from kitctl.artifact import ArtifactStore
-    from kitctl.cli import _new_doc, _throughput_configuration
-    from kitctl.engines import parse_engines
-    from kitctl.outcome import MemoryPeaks, Status, TrialOutcome
+    from kitctl.core.artifact import ArtifactStore
+    from kitctl.benchmarks.throughput.config import ThroughputConfig
+    from kitctl.launch import new_doc as _new_doc
+    from kitctl.core.engines import parse_engines
+    from kitctl.core.outcome import MemoryPeaks, Status, TrialOutcome
     from kitctl.runtimes.local import LocalRuntime
-    from kitctl.throughput import new_throughput_cell, run_figures
+    from kitctl.benchmarks.throughput.run import new_throughput_cell, run_figures
 
-    cfg = _throughput_configuration("pytorch-eager", "fp32", "cpu", None, 256, 2, runs, 1, 1, 60.0, "local",
+    cfg = ThroughputConfig.from_flags("pytorch-eager", "fp32", "cpu", None, 256, 2, runs, 1, 1, 60.0, "local",
                                     "synthetic", None, False, None, None)
     rt = LocalRuntime()
     doc = _new_doc("resumetest03", cfg, None, rt, parse_engines("pytorch-eager"), "throughput")
@@ -594,7 +597,7 @@ def test_throughput_resume_recomputes_a_summary_the_partial_states(work, tmp_pat
     partial = throughput_partial(tmp_path / "old", runs=1, recorded=1, edit=claim)
     p = kitctl(work, "run", "throughput", "--resume", str(partial), results=False)
     assert p.returncode == 0, p.stderr[-2000:]
-    from kitctl.artifact import load
+    from kitctl.core.artifact import load
 
     final = load(partial.with_name(partial.name.replace(".partial.json", ".json")))
     (cell,) = final["results"]

@@ -1,4 +1,4 @@
-"""compose.yaml as kitctl reads it (host/kitctl/compose.py), and as Compose itself checks it."""
+"""compose.yaml as kitctl reads it (host/kitctl/images/compose.py), and as Compose itself checks it."""
 from __future__ import annotations
 
 import shutil
@@ -9,8 +9,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from kitctl.compose import ComposeError, interpolate, load_compose, provenance_build_args  # noqa: E402
-from kitctl.engines import ENGINES, IMPLEMENTED  # noqa: E402
+from kitctl.images.compose import ComposeError, interpolate, load_compose, provenance_build_args  # noqa: E402
+from kitctl.core.engines import ENGINES, IMPLEMENTED  # noqa: E402
 
 from conftest import IN_CI  # noqa: E402
 

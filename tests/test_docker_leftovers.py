@@ -28,7 +28,7 @@ import yaml
 docker = pytest.importorskip("docker")
 pytestmark = pytest.mark.docker
 
-from kitctl.protocol import TrialRequest  # noqa: E402
+from kitctl.core.protocol import TrialRequest  # noqa: E402
 from kitctl.runtimes.base import RuntimeUnavailable  # noqa: E402
 from kitctl.runtimes.docker import LABEL_RUN_ID, DockerRuntime, from_cli, remove_run_containers  # noqa: E402
 
@@ -72,7 +72,7 @@ def stubs(client):
 def kit_home(tmp_path, monkeypatch):
     """A KITCTL_HOME whose compose.yaml names BARE_STUB as the pytorch image (kitctl/pytorch:ci and the
     other real names are never touched); kit_root()'s cache is cleared around the test."""
-    from kitctl.paths import kit_root
+    from kitctl.core.paths import kit_root
 
     doc = yaml.safe_load((ROOT / "compose.yaml").read_text())
     doc["services"] = {"pytorch": doc["services"]["pytorch"]}
@@ -136,7 +136,7 @@ def test_a_container_removed_mid_run_is_reported_as_removed(client, stubs):
     ({"kit.engine": "pytorch", "kit.stage": "venv"}, "it is a build stage (kit.stage=venv)"),
 ])
 def test_engine_image_problem(labels, problem):
-    from kitctl.imagestore import engine_image_problem
+    from kitctl.images.store import engine_image_problem
 
     got = engine_image_problem(labels, "pytorch")
     assert got == problem if problem is None else problem in got
@@ -145,7 +145,7 @@ def test_engine_image_problem(labels, problem):
 def test_an_unlabelled_image_is_not_the_engines(client, stubs, kit_home):
     """issue 14: a stub under the engine image's name passed `--runtime auto` and doctor as present."""
     from kitctl.doctor import run_checks
-    from kitctl.engines import ENGINES
+    from kitctl.core.engines import ENGINES
 
     eng = [ENGINES["pytorch-eager"]]
     why: list[str] = []

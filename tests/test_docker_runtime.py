@@ -25,9 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 docker = pytest.importorskip("docker")
 pytestmark = pytest.mark.docker
 
-from kitctl.compose import load_compose  # noqa: E402
-from kitctl.outcome import KilledBy, MemoryPeaks, Status  # noqa: E402
-from kitctl.protocol import TrialRequest  # noqa: E402
+from kitctl.images.compose import load_compose  # noqa: E402
+from kitctl.core.outcome import KilledBy, MemoryPeaks, Status  # noqa: E402
+from kitctl.core.protocol import TrialRequest  # noqa: E402
 from kitctl.runtimes.base import RuntimeUnavailable  # noqa: E402
 from kitctl.runtimes.docker import (  # noqa: E402
     LABEL_HOST, LABEL_OWNER_PID, LABEL_RUN_ID, DockerRuntime, ImageBuildError,
@@ -299,7 +299,7 @@ def test_a_failing_build_is_one_line_with_the_log_tail(client, image):
 
 
 def test_from_cli_picks_docker_or_says_why_not(client, image, run_id, monkeypatch):
-    from kitctl.engines import ENGINES
+    from kitctl.core.engines import ENGINES
 
     eng = [ENGINES["pytorch-eager"]]
     monkeypatch.setenv("KITCTL_IMAGE_VARIANT", VARIANT)

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from kitctl.artifact import load
-from kitctl.provenance import trial_code
+from kitctl.core.artifact import load
+from kitctl.core.provenance import trial_code
 
 pytestmark = pytest.mark.docker
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from cifar_files import write_cifar10
-from kitctl.artifact import load
+from kitctl.core.artifact import load
 
 ENTRY = [sys.executable, "-c", "from kitctl.cli import main; main()"]
 CPU = ["run", "maxbatch", "--device", "cpu", "--runtime", "local"]

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from kitctl.artifact import load
+from kitctl.core.artifact import load
 
 pytestmark = pytest.mark.docker
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kitctl.artifact import load, validate
+from kitctl.core.artifact import load, validate
 
 ENTRY = [sys.executable, "-c", "from kitctl.cli import main; main()"]
 TINY = ["--device", "cpu", "--batch", "2", "--warmup-steps", "1", "--steps", "2"]
@@ -84,7 +84,7 @@ def test_nonfinite_loss_fails_the_cell_loudly(tmp_path):
 
 def test_a_failed_run_is_never_averaged_in(tmp_path):
     """Schema and report: a failed cell whose earlier runs passed still has no figure."""
-    from kitctl.summary import throughput_rows
+    from kitctl.benchmarks.throughput.table import throughput_rows
 
     doc = json.loads((Path(__file__).parent / "data" / "throughput-sample.json").read_text())
     cell = doc["results"][0]

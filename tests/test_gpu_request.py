@@ -30,10 +30,13 @@ pytestmark = pytest.mark.docker
 
 from fake_nvml import FakeDevice, FakeNvmlLib  # noqa: E402
 
-import kitctl.gpu as gpu_mod  # noqa: E402
-from kitctl import artifact, cli  # noqa: E402
+import kitctl.core.gpu as gpu_mod  # noqa: E402
+from kitctl import cli, launch  # noqa: E402
+from kitctl.benchmarks.maxbatch.config import MaxbatchConfig  # noqa: E402
+from kitctl.core import artifact  # noqa: E402
+from kitctl.errors import Fail  # noqa: E402
 from kitctl.doctor import run_checks  # noqa: E402
-from kitctl.protocol import TrialRequest  # noqa: E402
+from kitctl.core.protocol import TrialRequest  # noqa: E402
 from kitctl.runtimes.base import RuntimeUnavailable  # noqa: E402
 from kitctl.runtimes.docker import (  # noqa: E402
     LABEL_RUN_ID, DockerRuntime, GpuRequest, gpu_request_order, probe_gpu_request, remove_run_containers,
@@ -82,16 +85,17 @@ def test_the_two_requests_name_the_gpu_by_uuid():
 
 
 def test_a_resumed_run_keeps_the_request_kind_of_its_partial():
-    cfg: dict = {}
-    assert cli._gpu_request_kind(None, cfg, "auto") == "auto" and cfg["gpu_request"] == "auto"
+    cfg = MaxbatchConfig.from_flags("pytorch-eager", "fp32", "cpu", None, 256, 2, 2, None, "local", "synthetic",
+                                    None, False, None, 16, "protocol", None, gpu_request="auto")
+    assert launch.gpu_request_kind(None, cfg.run.gpu_request, "auto") == "auto" and cfg.to_json()["gpu_request"] == "auto"
     doc = {"runtime": {"name": "docker", "gpu_request": "cdi"}}
-    assert cli._gpu_request_kind(doc, {"gpu_request": "auto"}, "auto") == "cdi"
-    assert cli._gpu_request_kind(doc, {"gpu_request": "auto"}, "cdi") == "cdi"
-    with pytest.raises(cli.Fail, match="attached its GPU by cdi"):
-        cli._gpu_request_kind(doc, {"gpu_request": "auto"}, "toolkit")
+    assert launch.gpu_request_kind(doc, "auto", "auto") == "cdi"
+    assert launch.gpu_request_kind(doc, "auto", "cdi") == "cdi"
+    with pytest.raises(Fail, match="attached its GPU by cdi"):
+        launch.gpu_request_kind(doc, "auto", "toolkit")
     local = {"runtime": {"name": "local"}}  # an older or local partial: the flag, else its configuration
-    assert cli._gpu_request_kind(local, {"gpu_request": "toolkit"}, "auto") == "toolkit"
-    assert cli._gpu_request_kind(local, {}, "cdi") == "cdi"
+    assert launch.gpu_request_kind(local, "toolkit", "auto") == "toolkit"
+    assert launch.gpu_request_kind(local, None, "cdi") == "cdi"
 
 
 # ---- CI's daemon: Docker 20.10, neither toolkit nor CDI ----------------------------------------
@@ -267,7 +271,7 @@ def test_an_unknown_cdi_device_is_the_daemons_unresolvable_error(cdi_client):
 @pytest.fixture
 def standin_home(tmp_path, monkeypatch):
     """KITCTL_HOME with a compose.yaml naming the stand-in image (kit_root is cached: cleared around)."""
-    from kitctl import paths
+    from kitctl.core import paths
 
     home = _standin_home(tmp_path)
     monkeypatch.setenv("KITCTL_HOME", str(home))

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 docker = pytest.importorskip("docker")
 pytestmark = pytest.mark.docker
 
-from kitctl.artifact import load  # noqa: E402
+from kitctl.core.artifact import load  # noqa: E402
 from kitctl.runtimes.docker import LABEL_HOST, LABEL_OWNER_PID, LABEL_RUN_ID  # noqa: E402
 
 from conftest import BASE_IMAGE, VARIANT, _unavailable, remove_containers  # noqa: E402
@@ -335,7 +335,7 @@ def test_doctor_driver_against_image_cuda_with_a_gpu(client, tmp_path):
     """The driver table on a (stand-in) GPU host: NVML replaced by tests/fake_nvml.py."""
     from fake_nvml import FakeDevice, FakeNvmlLib, FakeProcess
     from kitctl.doctor import run_checks
-    from kitctl.gpu import Nvml
+    from kitctl.core.gpu import Nvml
 
     doc = {"services": {}}
     for name, cuda in (("cu13", "13.0"), ("cu12", "12.4"), ("cpu", "none")):

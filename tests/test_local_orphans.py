@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from kitctl.artifact import load
+from kitctl.core.artifact import load
 from kitctl.runtimes.processes import process_start, stat
 from kitctl.runtimes.runstate import STATE_DIR_ENV, RunRecord, TrialRecord
 
@@ -197,7 +197,7 @@ def test_clean_kills_recorded_orphans_only(tmp_path):
 
 def test_a_run_records_its_trial_and_removes_the_record(tmp_path, monkeypatch):
     """In-process: the record exists exactly while the candidate runs, and names this process."""
-    from kitctl.protocol import TrialRequest
+    from kitctl.core.protocol import TrialRequest
     from kitctl.runtimes.local import LocalRuntime
 
     state = tmp_path / "state"
@@ -215,7 +215,7 @@ def test_a_run_records_its_trial_and_removes_the_record(tmp_path, monkeypatch):
             seen.append(RunRecord.from_json(json.loads(f.read_text())))
 
         def stop(self):
-            from kitctl.outcome import MemoryPeaks
+            from kitctl.core.outcome import MemoryPeaks
             return MemoryPeaks()
 
     rt = LocalRuntime(run_id="rec-test", env={"KIT_TRIAL_FAULT": "crash"})

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from kitctl import cli
-from kitctl.engines import ENGINES
-from kitctl.outcome import Status
-from kitctl.protocol import TrialRequest
+from kitctl import launch
+from kitctl.errors import Fail
+from kitctl.core.engines import ENGINES
+from kitctl.core.outcome import Status
+from kitctl.core.protocol import TrialRequest
 from kitctl.runtimes.base import RuntimeUnavailable
 from kitctl.runtimes.local import LocalRuntime
 
@@ -51,8 +52,8 @@ def test_missing_program_is_one_line_naming_the_build_script(prefix):
 
 
 def test_cli_runtime_choice_refuses_an_unbuilt_trial(prefix):
-    with pytest.raises(cli.Fail, match="no trial program"):
-        cli._make_runtime("local", OPENNN, "cuda", None, "r1", None, None, None, [])
+    with pytest.raises(Fail, match="no trial program"):
+        launch.make_runtime("local", OPENNN, "cuda", None, "r1", None, None, None, [])
 
 
 def test_python_engines_need_no_program(prefix):
@@ -86,13 +87,14 @@ def test_built_program_runs_with_the_protocol_flags_and_its_build_is_described(p
 
 def test_default_prefix_is_the_checkouts_build_folder(monkeypatch):
     monkeypatch.delenv("KITCTL_OPENNN_PREFIX", raising=False)
-    from kitctl.paths import kit_root, native_trial
+    from kitctl.core.paths import kit_root, native_trial
     assert native_trial("opennn-pool1") == kit_root() / "build" / "opennn" / "bin" / "kit-opennn-trial"
     assert os.fspath(native_trial("opennn-default")) == os.fspath(native_trial("opennn-pool1"))
 
 
 def test_doctor_says_whether_the_local_trial_is_built(prefix):
-    from kitctl.doctor import Report, local_trial_checks
+    from kitctl.doctor.base import Report
+    from kitctl.doctor.checks import local_trial_checks
 
     rep = Report()
     local_trial_checks(rep)
@@ -113,8 +115,8 @@ def test_doctor_says_whether_the_local_trial_is_built(prefix):
 
 @pytest.mark.parametrize("name, mode", [("opennn-graph", "graph"), ("opennn-resident", "resident")])
 def test_throughput_path_engines_are_modes_of_the_same_program(prefix, name, mode):
-    from kitctl.compose import load_compose
-    from kitctl.engines import IMPLEMENTED, parse_engines
+    from kitctl.images.compose import load_compose
+    from kitctl.core.engines import IMPLEMENTED, parse_engines
 
     e = ENGINES[name]
     assert name in IMPLEMENTED and parse_engines(name) == [e]

@@ -19,8 +19,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from kitctl.compose import load_compose  # noqa: E402
-from kitctl.engines import ENGINES  # noqa: E402
+from kitctl.images.compose import load_compose  # noqa: E402
+from kitctl.core.engines import ENGINES  # noqa: E402
 
 IMAGE_DIR = ROOT / "images" / "opennn"
 DOCKERFILE = IMAGE_DIR / "Dockerfile"

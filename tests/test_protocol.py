@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from kitctl.outcome import KilledBy, MemoryPeaks, Status, TrialOutcome
-from kitctl.protocol import PROTOCOL_VERSION, ResultParseError, TrialRequest, parse_result
+from kitctl.core.outcome import KilledBy, MemoryPeaks, Status, TrialOutcome
+from kitctl.core.protocol import PROTOCOL_VERSION, ResultParseError, TrialRequest, parse_result
 from kitctl.runtimes.base import STDERR_TAIL_CHARS, RawRun, classify
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from kitctl import artifact as art
-from kitctl.provenance import HOST_CODE, STAMP_FILE, code_hash, kit_info, trial_code, write_stamp
+from kitctl.core import artifact as art
+from kitctl.core.provenance import HOST_CODE, STAMP_FILE, code_hash, kit_info, trial_code, write_stamp
 
 ROOT = Path(__file__).resolve().parents[1]
 HEX40 = "0123456789abcdef0123456789abcdef01234567"
@@ -42,7 +42,7 @@ def _kitctl_in(copy: Path, results: Path, **env: str) -> subprocess.CompletedPro
 
 
 def _kit_info_in(copy: Path, **env: str) -> dict:
-    r = _in_copy(copy, "import json, kitctl.provenance as p; print(json.dumps(p.kit_info()))", **env)
+    r = _in_copy(copy, "import json, kitctl.core.provenance as p; print(json.dumps(p.kit_info()))", **env)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 
@@ -63,7 +63,7 @@ def test_code_hash_follows_the_content_only(tmp_path):
     (a / "host/kitctl/__pycache__").mkdir()
     (a / "host/kitctl/__pycache__/cli.cpython-311.pyc").write_bytes(b"\0junk")
     assert code_hash(HOST_CODE, a).sha256 == base  # generated files are not the code
-    f = a / "host/kitctl/stats.py"
+    f = a / "host/kitctl/core/stats.py"
     f.write_text(f.read_text() + "\n# one more line\n")
     changed = code_hash(HOST_CODE, a).sha256
     assert changed != base
@@ -93,7 +93,7 @@ def test_without_git_the_commit_comes_from_env_or_stamp(tmp_path):
     assert stamped["git_dirty"] == here["git_dirty"]
     assert _kit_info_in(copy, KITCTL_GIT_COMMIT=HEX40)["git_source"] == "env"  # env wins over the file
     # a stale stamp: the code no longer is what was stamped
-    f = copy / "host/kitctl/stats.py"
+    f = copy / "host/kitctl/core/stats.py"
     f.write_text(f.read_text() + "\n")
     assert _kit_info_in(copy)["git_dirty"] is True
     # `git rev-parse HEAD > .kit-commit` is a stamp too: commit known, dirty unknown
@@ -137,7 +137,7 @@ def test_a_run_without_git_records_commit_and_code(tmp_path):
 def test_docker_records_the_trial_code_the_image_holds(client, tmp_path):
     """The Docker runtime runs the image's copy of the trial: its hash is read from the image."""
     from conftest import BASE_IMAGE, remove_containers
-    from kitctl.provenance import image_trial_code
+    from kitctl.core.provenance import image_trial_code
     from kitctl.runtimes.docker import LABEL_OWNER_PID
 
     ctx = _copy_kit(tmp_path / "ctx")
@@ -185,10 +185,10 @@ def test_a_clean_matching_stamp_beats_an_old_dirty_git_in_the_copy(tmp_path):
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "add", "-A"], check=True)
     subprocess.run([*git, "commit", "-qm", "old"], check=True)
-    f = copy / "host/kitctl/stats.py"
+    f = copy / "host/kitctl/core/stats.py"
     f.write_text(f.read_text() + "\n")  # the tree moves on: git is dirty now
     assert _kit_info_in(copy)["git_source"] == "git" and _kit_info_in(copy)["git_dirty"] is True
-    r = _in_copy(copy, "import kitctl.provenance as p, pathlib; print(p._stamp_code(pathlib.Path('.').resolve()).sha256)")
+    r = _in_copy(copy, "import kitctl.core.provenance as p, pathlib; print(p._stamp_code(pathlib.Path('.').resolve()).sha256)")
     code = r.stdout.strip()
     (copy / STAMP_FILE).write_text(f"{HEX40}\ndirty=false\ncode_sha256={code}\n")
     info = _kit_info_in(copy)

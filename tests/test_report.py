@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from kitctl.artifact import ArtifactError
-from kitctl.compare import compare
-from kitctl.report import caveats, cudnn_text, render
-from kitctl.sources import load_source
-from kitctl.summary import peak_inversions, ratio_pairs, ratios, throughput_ratio_pairs
+from kitctl.core.artifact import ArtifactError
+from kitctl.reports.compare import compare
+from kitctl.reports.report import caveats, cudnn_text, render
+from kitctl.reports.sources import load_source
+from kitctl.benchmarks.maxbatch.table import peak_inversions, ratio_pairs, ratios
+from kitctl.benchmarks.throughput.table import throughput_ratio_pairs
 
 DATA = Path(__file__).resolve().parent / "data"
 ENTRY = [sys.executable, "-c", "from kitctl.cli import main; main()"]
@@ -76,7 +77,7 @@ def test_golden_markdown(name, files):
 
 def test_golden_combined_with_plots(tmp_path):
     """kitctl's run beside the reference runner's numbers, plots linked relative to the report."""
-    from kitctl.plots import make_plots
+    from kitctl.reports.plots import make_plots
 
     sources = [load_source(EAGER), load_source(REF)]
     out = tmp_path / "report"
@@ -165,7 +166,7 @@ def test_cudnn_version_text():
 # ---- plots: the data series, read back from the axes --------------------------------------------
 
 def test_vram_plot_has_one_point_per_trial_and_the_budget_line(tmp_path):
-    from kitctl.plots import make_plots
+    from kitctl.reports.plots import make_plots
 
     doc = json.loads(EAGER.read_text())
     trials = doc["results"][0]["trials"]
@@ -186,7 +187,7 @@ def test_vram_plot_has_one_point_per_trial_and_the_budget_line(tmp_path):
 
 
 def test_plots_of_every_kind(tmp_path):
-    from kitctl.plots import make_plots
+    from kitctl.reports.plots import make_plots
 
     files = make_plots([load_source(SAMPLE), load_source(TPUT), load_source(REF)], tmp_path)
     by = {f.path.name: f for f in files}
@@ -252,7 +253,7 @@ def test_reference_v1_keeps_its_headline_figures():
     claim = next(c for c in caveats(src) if c.startswith("**Reference's own claim**"))
     assert "OpenNN (batch pool 1) fp32 4,752 (next: exit_1 at 4,753)" in claim and "does not classify" in claim
     assert "| Memory | 16,376 MiB total |" in md and "cap = card total 16,376 − reserve 256 = 16,120 MiB" in md
-    from kitctl.results_list import headline
+    from kitctl.reports.results_list import headline
 
     assert "opennn-pool1 fp32: 4,752 (reference claim)" in headline(src)  # `results list` too
 
@@ -582,7 +583,7 @@ def test_peak_inversions_on_the_full_card_run():
 
 def test_cpu_and_empty_artifacts_render(tmp_path):
     """--device cpu: no GPU, no budget, no device delta; a run that has not started a cell yet."""
-    from kitctl.plots import make_plots
+    from kitctl.reports.plots import make_plots
 
     doc = json.loads(SAMPLE.read_text())
     doc["host"]["gpu"], doc["budget"] = None, None
@@ -633,7 +634,7 @@ def test_engines_from_separate_runs_on_one_card_get_the_end_tables_ratios(tmp_pa
 
 
 def test_native_trial_provenance_names_the_program():
-    from kitctl.report import _provenance_text
+    from kitctl.reports.report import _provenance_text
 
     assert _provenance_text({"trial": "/w/build/opennn/bin/kit-opennn-trial"}) == \
         "local trial program `/w/build/opennn/bin/kit-opennn-trial`"
@@ -681,7 +682,7 @@ def test_report_plots_on_a_full_disk_leave_no_truncated_png(tiny_fs):
     """issue 14: a full disk left a truncated PNG. Pillow removes its file when a write inside its
     encoder fails, but not when the last buffered flush at close does; which one happens depends on
     how much room is left, so every fill level is tried."""
-    from kitctl.plots import PlotError, make_plots
+    from kitctl.reports.plots import PlotError, make_plots
 
     src = load_source(SAMPLE)
     failed = 0

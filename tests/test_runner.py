@@ -6,15 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from kitctl.artifact import ArtifactStore, load
-from kitctl.budget import make_budget
-from kitctl.cli import _configuration, _new_doc
-from kitctl.engines import ENGINES
-from kitctl.outcome import MemoryPeaks, Status, TrialOutcome
-from kitctl.protocol import TrialRequest
-from kitctl.runner import Runner, RunPlan
+from kitctl.core.artifact import ArtifactStore, load
+from kitctl.core.budget import make_budget
+from kitctl.benchmarks.maxbatch.config import MaxbatchConfig
+from kitctl.launch import new_doc as _new_doc
+from kitctl.core.engines import ENGINES
+from kitctl.core.outcome import MemoryPeaks, Status, TrialOutcome
+from kitctl.core.protocol import TrialRequest
+from kitctl.benchmarks.maxbatch.run import Runner, RunPlan
 from kitctl.runtimes.base import Runtime, RuntimeUnavailable
-from kitctl.search import SearchConfig
+from kitctl.core.search import SearchConfig
 from kitctl.view import PlainView
 
 
@@ -49,7 +50,7 @@ class NullWatcher:
 
 
 def _runner(tmp_path: Path, rt: Runtime, gpu: bool) -> Runner:
-    cfg = _configuration("pytorch-eager", "fp32", "cuda" if gpu else "cpu", None, 256, 8, 64, None, "local",
+    cfg = MaxbatchConfig.from_flags("pytorch-eager", "fp32", "cuda" if gpu else "cpu", None, 256, 8, 64, None, "local",
                          "synthetic", None, False, None, 4, "protocol", None)
     doc = _new_doc("abc123", cfg, None, rt, [ENGINES["pytorch-eager"]])
     budget = make_budget(16376, 16376, 256) if gpu else None

@@ -10,8 +10,8 @@ from collections import Counter
 
 import pytest
 
-from kitctl.outcome import SearchStatus, Status
-from kitctl.search import SearchConfig, protocol_strategy, run_search
+from kitctl.core.outcome import SearchStatus, Status
+from kitctl.core.search import SearchConfig, protocol_strategy, run_search
 
 
 def capacity(c: int, fail: Status = Status.OOM):
@@ -370,8 +370,8 @@ def test_property_one_flake_never_changes_the_answer(case, data):
 
 def test_min_batch_floor_never_runs_below_it():
     """ResNet-50 at 32×32 cannot train at batch 1: the bisection stops at min_batch."""
-    from kitctl.search import SearchConfig, run_search
-    from kitctl.outcome import SearchStatus, Status
+    from kitctl.core.search import SearchConfig, run_search
+    from kitctl.core.outcome import SearchStatus, Status
 
     cfg = SearchConfig(start_batch=128, max_batch=4096, min_batch=2)
     d, hist = run_search(lambda b: Status.OOM, cfg)

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from kitctl.stats import binom_cdf_half, median, median_ci, order_statistic_level, sample_std, summarize
+from kitctl.core.stats import binom_cdf_half, median, median_ci, order_statistic_level, sample_std, summarize
 
 
 def test_median_odd_even():

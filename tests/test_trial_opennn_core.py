@@ -4,7 +4,7 @@ the Python side of trial protocol v1.
 The core is configured and built here with this machine's cmake and g++ (no OpenNN, no CUDA),
 its unit tests are run, and kit-fake-trial -- the OpenNN trial's protocol driver around a fake
 engine -- is run as the host runs a trial, so that its KIT-RESULT lines go through
-kitctl.protocol.parse_result and its flags, messages, data and formulas are compared with
+kitctl.core.protocol.parse_result and its flags, messages, data and formulas are compared with
 trials/common/kittrial.py's.
 """
 
@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "trials" / "common"))
 import kittrial  # noqa: E402
 from cifar_files import write_cifar10  # noqa: E402
 from conftest import IN_CI  # noqa: E402
-from kitctl.protocol import ResultParseError, parse_result  # noqa: E402
+from kitctl.core.protocol import ResultParseError, parse_result  # noqa: E402
 
 MODES = ["pool1", "default", "graph", "resident"]
 PROTOCOL_KEYS = {"protocol", "engine", "mode", "precision", "batch", "status", "loss_warmup",

@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT / "trials" / "common"))
 sys.path.insert(0, str(ROOT / "trials" / "pytorch"))
 
 import kittrial  # noqa: E402
-from kitctl.protocol import parse_result  # noqa: E402
+from kitctl.core.protocol import parse_result  # noqa: E402
 from cifar_files import write_cifar10  # noqa: E402
 
 PROTOCOL_KEYS = {"protocol", "engine", "mode", "precision", "batch", "status", "loss_warmup",

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from kitctl.artifact import load
-from kitctl.protocol import TrialRequest
+from kitctl.core.artifact import load
+from kitctl.core.protocol import TrialRequest
 from kitctl.runtimes.local import LocalRuntime
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -131,9 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from kitctl.engines import ENGINES
-    from kitctl.protocol import TrialRequest
-    from kitctl.provenance import host_info, kit_info
+    from kitctl.core.engines import ENGINES
+    from kitctl.core.protocol import TrialRequest
+    from kitctl.core.provenance import host_info, kit_info
     from kitctl.runtimes.base import RuntimeUnavailable
     from kitctl.runtimes.docker import DockerRuntime, compose_images, image_provenance
     from kitctl.runtimes.local import LocalRuntime

@@ -16,7 +16,7 @@
 set -u
 cd "$(dirname "$0")/.." || exit 2
 if [[ ${1:-} == --stamp ]]; then
-  PYTHONPATH="$PWD/host" exec python3 -m kitctl.provenance
+  PYTHONPATH="$PWD/host" exec python3 -m kitctl.core.provenance
 fi
 if compgen -G ".whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

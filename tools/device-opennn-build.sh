@@ -19,7 +19,7 @@ images/opennn/build.sh .opennn-src "$PWD/build/opennn"
 # the commit as tools/device-kitctl.sh finds it (.kit-commit there) and the trial sources' hash.
 PYTHONPATH="$PWD/host" python3 - build/opennn/share/kit-opennn/build-info.json <<'EOF'
 import json, sys
-from kitctl.provenance import git_state, trial_code
+from kitctl.core.provenance import git_state, trial_code
 path = sys.argv[1]
 with open(path) as f:
     info = json.load(f)

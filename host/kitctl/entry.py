@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from . import signals
+from .core import signals
 
 
 def main() -> None:

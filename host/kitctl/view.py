@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from .outcome import TrialOutcome
+from .core.outcome import TrialOutcome
 
 MAX_ROWS = 30  # the live table keeps the latest candidates; the artifact keeps them all
 

@@ -1,4 +1,4 @@
 """Runtimes start one candidate each: `local` (subprocess) or `docker` (container)."""
-from .base import CandidateHandle, Runtime, RuntimeUnavailable, Watcher, classify
+from .base import Runtime, RuntimeUnavailable, classify
 
-__all__ = ["CandidateHandle", "Runtime", "RuntimeUnavailable", "Watcher", "classify"]
+__all__ = ["Runtime", "RuntimeUnavailable", "classify"]

@@ -9,43 +9,17 @@ import abc
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from ..outcome import KilledBy, MemoryPeaks, Status, TRIAL_STATUSES, TrialOutcome
-from ..protocol import ResultParseError, TrialRequest, parse_result
+from ..core.outcome import KilledBy, MemoryPeaks, Status, TRIAL_STATUSES, TrialOutcome
+from ..core.protocol import ResultParseError, TrialRequest, parse_result
+from ..core.watch import Watcher
 
 STDERR_TAIL_CHARS = 4000
 
 
 class RuntimeUnavailable(RuntimeError):
     """The runtime cannot start candidates on this host (one line for the user, exit 2)."""
-
-
-class CandidateHandle(Protocol):
-    """What a watcher may do with a running candidate."""
-
-    def pids(self) -> set[int]:
-        """Host PIDs of the candidate (process group or container)."""
-
-    def kill(self, reason: KilledBy) -> None:
-        """Kill the whole candidate now and remember who did it."""
-
-
-class Watcher(Protocol):
-    """Observes one candidate while it runs: the NVML sampler on a GPU, nothing on a CPU.
-
-    `start` is called right after the candidate starts (the idle baseline has been taken
-    before, in `prepare`); `stop` after it ended, returning the peaks it saw.
-    """
-
-    def prepare(self) -> None: ...
-
-    def start(self, handle: CandidateHandle) -> None: ...
-
-    def stop(self) -> MemoryPeaks: ...
-
-    @property
-    def over_budget(self) -> bool: ...
 
 
 @dataclass

@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..outcome import KilledBy, MemoryPeaks, TrialOutcome
-from ..protocol import TrialRequest
-from .base import RawRun, Runtime, RuntimeUnavailable, Stopwatch, Watcher, classify
+from ..core.outcome import KilledBy, MemoryPeaks, TrialOutcome
+from ..core.protocol import TrialRequest
+from ..core.watch import Watcher
+from .base import RawRun, Runtime, RuntimeUnavailable, Stopwatch, classify
 from .processes import pid_alive as _pid_alive, process_start as _process_start
 
 try:  # the SDK is a dependency of kitctl, but `--runtime local` must work without it
@@ -810,7 +811,7 @@ def probe_gpu(client: Any, image: str, gpu_uuid: str | None, *, timeout_s: float
 def compose_images(engines: list[Any], variant: str | None = None,
                    compose_path: str | os.PathLike[str] | None = None) -> dict[str, str]:
     """engine name → image name, from compose.yaml (the engine's service, optionally a build variant)."""
-    from ..compose import ComposeError, load_compose
+    from ..images.compose import ComposeError, load_compose
 
     try:
         c = load_compose(compose_path)
@@ -829,8 +830,8 @@ def compose_images(engines: list[Any], variant: str | None = None,
 
 def _check_kit_labels(client: Any, images: dict[str, str]) -> None:
     """An image counts as the engine's only with the kit's labels (imagestore.engine_image_problem)."""
-    from ..engines import ENGINES
-    from ..imagestore import engine_image_problem
+    from ..core.engines import ENGINES
+    from ..images.store import engine_image_problem
 
     for engine, img in images.items():
         try:

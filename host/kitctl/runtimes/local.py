@@ -16,11 +16,12 @@ import threading
 import uuid
 from typing import Any
 
-from ..outcome import KilledBy, MemoryPeaks, TrialOutcome
-from ..engines import ENGINES
-from ..paths import native_build_info, native_trial, trial_script
-from ..protocol import TrialRequest
-from .base import RawRun, Runtime, RuntimeUnavailable, Stopwatch, Watcher, classify
+from ..core.outcome import KilledBy, MemoryPeaks, TrialOutcome
+from ..core.engines import ENGINES
+from ..core.paths import native_build_info, native_trial, trial_script
+from ..core.protocol import TrialRequest
+from ..core.watch import Watcher
+from .base import RawRun, Runtime, RuntimeUnavailable, Stopwatch, classify
 from .processes import group_members
 from .runstate import RunState
 

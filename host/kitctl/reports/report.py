@@ -15,47 +15,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
+from .. import benchmarks
 from . import reference
+from .format import fmt_int, heading, join, num, table
 from .plots import PlotFile
 from .sources import KITCTL, Source
-from .summary import (CAPACITY_STATUSES, MEMORY_FAILURES, Ratio, Row, engine_label,
-                      failures_below_pass, peak_inversions, ratio_pairs, throughput_ratio_pairs)
+from ..core.tables import Ratio, engine_label
+# The overview's side-by-side values and the caveats still read each benchmark's rows here (see issue 17's notes).
+from ..benchmarks.maxbatch.report import row_value
+from ..benchmarks.maxbatch.table import CAPACITY_STATUSES, MEMORY_FAILURES, failures_below_pass, peak_inversions
 
 _MODEL_NAMES = {"resnet50": "ResNet-50"}
-
-
-# ---- small formatting helpers ---------------------------------------------------------------
-
-def _cell(x: Any) -> str:
-    return str(x).replace("|", "\\|").replace("\n", " ")
-
-
-def _table(headers: list[str], rows: list[list[Any]], right: set[int] | None = None) -> list[str]:
-    right = right or set()
-    out = ["| " + " | ".join(headers) + " |",
-           "| " + " | ".join("---:" if i in right else "---" for i in range(len(headers))) + " |"]
-    out += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows]
-    return out
-
-
-def _int(x: Any) -> str:
-    return f"{x:,}" if isinstance(x, int) and not isinstance(x, bool) else "—"
-
-
-def _is_num(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
-def _mib(x: float | None, digits: int = 0) -> str:
-    return "—" if x is None else f"{_num(x, digits)} MiB"
-
-
-def _num(x: Any, digits: int = 0) -> str:
-    """A number with thousands separators; a value the schema lets through that is not a number
-    (an older or hand-edited artifact) is shown as written, never a crash."""
-    if x is None:
-        return "—"
-    return f"{x:,.{digits}f}" if _is_num(x) else repr(x)
 
 
 def cudnn_text(v: Any) -> str:
@@ -89,10 +59,6 @@ def _duration(a: str | None, b: str | None) -> str | None:
     return f"{h} h {m} min" if h else f"{m} min {sec} s" if m else f"{sec} s"
 
 
-def _join(items: list[str]) -> str:
-    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else (items[0] if items else "")
-
-
 def _argv_text(argv: list[str]) -> str:
     if not argv:
         return "(not recorded)"
@@ -103,16 +69,12 @@ def _cell_label(engine: str, precision: str) -> str:
     return f"{engine_label(engine)} {precision}"
 
 
-def _heading(level: int) -> Callable[[str], str]:
-    return lambda text: "#" * level + " " + text
-
-
 # ---- the report -----------------------------------------------------------------------------
 
 def title(src: Source) -> str:
     if src.kind == KITCTL:
         cfg = src.doc["configuration"]
-        what = "Max batch" if src.benchmark == "maxbatch" else "Training throughput"
+        what = benchmarks.get(src.benchmark).title
         model = _MODEL_NAMES.get(cfg.get("model"), cfg.get("model"))
         return f"{what} — {model}, {cfg.get('dataset')} data · {src.machine_short}"
     return f"Reference max batch — {src.doc.get('dataset', '?')} · {src.machine_short}"
@@ -151,13 +113,13 @@ def _plot_lines(files: list[PlotFile], base: Path) -> list[str]:
 
 
 def _overview(sources: list[Source], plots: list[PlotFile], base: Path) -> list[str]:
-    h = _heading(2)
+    h = heading(2)
     lines = [h("Overview"), ""]
-    lines += _table(["#", "Result file", "Kind", "Benchmark", "GPU", "Date", "State"],
+    lines += table(["#", "Result file", "Kind", "Benchmark", "GPU", "Date", "State"],
                     [[f"[{n}]", f"`{s.name}`", "kitctl" if s.kind == KITCTL else "reference runner", s.benchmark,
                       s.machine_short, _when(s.created), s.state] for n, s in enumerate(sources, 1)])
     lines.append("")
-    for bench, unit in (("maxbatch", "max batch"), ("throughput", "images/s (median)")):
+    for bench, unit in ((b.name, b.report_unit) for b in benchmarks.all()):
         group = [(n, s) for n, s in enumerate(sources, 1) if s.benchmark == bench]
         if len(group) < 2:
             continue
@@ -168,14 +130,14 @@ def _overview(sources: list[Source], plots: list[PlotFile], base: Path) -> list[
             if bench == "maxbatch":
                 for r in s.rows:
                     keys.append((r.engine, r.precision))
-                    vals[(n, r.engine, r.precision)] = _row_value(r)
+                    vals[(n, r.engine, r.precision)] = row_value(r)
                     if r.has_figure:
                         nums[(n, r.engine, r.precision)] = (float(r.max_batch),
                                                             r.search_status == "censored_at_max_batch")
             else:
                 for t in s.tput:
                     keys.append((t.engine, t.precision))
-                    vals[(n, t.engine, t.precision)] = _num(t.median)
+                    vals[(n, t.engine, t.precision)] = num(t.median)
                     if t.median:
                         nums[(n, t.engine, t.precision)] = (t.median, False)
         keys = list(dict.fromkeys(keys))
@@ -189,7 +151,7 @@ def _overview(sources: list[Source], plots: list[PlotFile], base: Path) -> list[
 
         later = [n for n, _ in group[1:]]
         lines += [f"Side by side, {unit} (ratios against [{first}]):", ""]
-        lines += _table(["Engine", "Precision", *[f"[{n}] {s.machine_short}" for n, s in group],
+        lines += table(["Engine", "Precision", *[f"[{n}] {s.machine_short}" for n, s in group],
                          *[f"[{n}] ÷ [{first}]" for n in later]],
                         [[engine_label(e), p, *[vals.get((n, e, p), "—") for n, _ in group],
                           *[ratio(n, e, p) for n in later]] for e, p in keys],
@@ -217,10 +179,7 @@ def _cross_ratios(group: list[tuple[int, Source]], bench: str) -> list[str]:
         cells = [(r.engine, r.precision) for _, s in members for r in (s.rows if bench == "maxbatch" else s.tput)]
         if len(cells) != len(set(cells)):
             continue
-        if bench == "maxbatch":
-            found = ratio_pairs([r for _, s in members for r in s.rows])
-        else:
-            found = throughput_ratio_pairs([t for _, s in members for t in s.tput])
+        found = benchmarks.get(bench).report_ratios([s for _, s in members])
         if found:
             refs = ", ".join(f"[{n}]" for n, _ in members)
             out += [f"Across {refs} (same GPU, VRAM limit and data; each engine from its own run):", ""]
@@ -228,32 +187,21 @@ def _cross_ratios(group: list[tuple[int, Source]], bench: str) -> list[str]:
     return out
 
 
-def _row_value(r: Row) -> str:
-    if r.has_figure:
-        return r.figure_text
-    return "none" if r.search_status in ("invalid_non_memory_failure", "no_passing_batch") else "—"
-
-
 def _source_section(src: Source, level: int, plots: list[PlotFile], base: Path, n: int | None) -> list[str]:
-    h, hh = _heading(level), _heading(level + 1)
+    h, hh = heading(level), heading(level + 1)
     lines = [h((f"[{n}] " if n else "") + title(src)), ""]
     lines += [_meta_line(src), ""]
     note = src.doc.get("note")
     if isinstance(note, str) and note:
         lines += [f"> **Note:** {note}", ""]
-    if src.benchmark == "maxbatch":
-        lines += [hh("Result"), ""] + _maxbatch_table(src) + [""]
-        ratios = ratio_pairs(src.rows)
-        what = "max batch"
-    else:
-        lines += [hh("Result"), ""] + _throughput_table(src) + [""]
-        ratios = throughput_ratio_pairs(src.tput)
-        what = "median images/s"
+    bench = benchmarks.get(src.benchmark)
+    lines += [hh("Result"), ""] + bench.report_result(src) + [""]
+    ratios = bench.report_ratios([src])
     lines += [hh("Headline ratios"), ""]
     if ratios:
         lines += _ratio_table(ratios) + [""]
     else:
-        lines += [f"_Fewer than two engines with a {what} per precision: no ratios._", ""]
+        lines += [f"_Fewer than two engines with a {bench.ratio_what} per precision: no ratios._", ""]
     if src.kind != KITCTL:
         lines += _stated_figures(src, hh)
     lines += [hh("Caveats"), ""]
@@ -263,8 +211,8 @@ def _source_section(src: Source, level: int, plots: list[PlotFile], base: Path, 
     mine = [p for p in plots if p.source == src.name]
     if mine:
         lines += [hh("Plots"), ""] + _plot_lines(mine, base)
-    lines += [hh("What is measured"), ""] + _table(["Item", "Value"], measured(src)) + [""]
-    lines += [hh("Machine and software"), ""] + _table(["Item", "Value"], machine(src)) + [""]
+    lines += [hh("What is measured"), ""] + table(["Item", "Value"], measured(src)) + [""]
+    lines += [hh("Machine and software"), ""] + table(["Item", "Value"], machine(src)) + [""]
     lines += [hh("Reproduce"), ""] + reproduce(src) + [""]
     return lines
 
@@ -276,7 +224,7 @@ def _stated_figures(src: Source, hh: Callable[[str], str]) -> list[str]:
         return []
     rows = [[f.precision or "/".join(sorted({p for _, p, _, _ in reference.cells(src.doc)})), f"`{f.metric}.{f.key}`",
              f.value_text] for f in figs]
-    return [hh("Figures the reference file states"), ""] + _table(["Precision", "Metric", "Value"], rows,
+    return [hh("Figures the reference file states"), ""] + table(["Precision", "Metric", "Value"], rows,
                                                                    right={2}) + \
         ["", "As written in its `metrics` (its ratios are OpenNN ÷ the other; kitctl's ratios above put the "
              "larger first).", ""]
@@ -303,49 +251,8 @@ def _meta_line(src: Source) -> str:
                        f"{sum(len(e.get('all_trials', [])) for *_, e in cells)} candidates"])
 
 
-def _maxbatch_table(src: Source) -> list[str]:
-    rows = []
-    for r in src.rows:
-        nxt = f"{r.next_batch:,}" + (f" ({r.next_status})" if r.next_status else "") if r.next_batch else "—"
-        rows.append([engine_label(r.engine), r.precision, _row_value(r) if r.max_batch else "—",
-                     _mib(r.peak_mib) if r.has_figure else "—", nxt, r.result])
-    if not rows:
-        return ["_No engine × precision has started yet._"]
-    mem = "VRAM" if src.gpu_name is not None else "memory"
-    out = _table(["Engine", "Precision", "Max batch", f"Peak {mem} at max", "Next batch", "Result"], rows,
-                 right={2, 3, 4})
-    srcs = sorted({r.peak_source for r in src.rows if r.peak_source})
-    if src.kind == KITCTL:
-        gate = "B" if src.budget_mib is not None else "the memory limit"
-        foot = (f"Max batch: the largest batch whose candidate passed (the capacity rule below, memory "
-                f"under {gate}); next batch: the verified failure above it. ")
-    else:
-        foot = "Max batch and next batch as the reference runner recorded them. "
-        if any(r.has_figure and r.reference_claim for r in src.rows):
-            foot += ("\"(reference claim)\": the reference runner's own figure; its next failure is not a "
-                     "classified memory failure, so kitctl's rule would not call it a capacity (see Caveats). ")
-    if srcs:
-        foot += f"Peak {mem} at max: " + "; ".join(srcs) + "."
-    return out + ["", foot.strip()]
-
-
-def _throughput_table(src: Source) -> list[str]:
-    rows = []
-    for t in src.tput:
-        if t.median is not None and t.ci_low is not None and t.ci_high is not None:
-            half = (t.ci_high - t.ci_low) / 2
-            level = f"{t.ci_level * 100:.0f}%: " if t.ci_level else ""
-            ci = f"±{half:,.0f} ({level}{t.ci_low:,.0f}–{t.ci_high:,.0f})"
-        else:
-            ci = "—"
-        rows.append([engine_label(t.engine), t.precision, _int(t.batch), _num(t.median), ci, str(t.runs),
-                     _num(t.warmup_s, 1)])
-    return _table(["Engine", "Precision", "Batch", "images/s (median)", "±CI", "runs", "warm-up s"], rows,
-                  right={2, 3, 4, 5, 6})
-
-
 def _ratio_table(ratios: list[Ratio]) -> list[str]:
-    return _table(["Precision", "Comparison", "Ratio"], [[r.precision, f"{r.a} vs {r.b}", r.value_text]
+    return table(["Precision", "Comparison", "Ratio"], [[r.precision, f"{r.a} vs {r.b}", r.value_text]
                                                         for r in ratios], right={2})
 
 
@@ -396,25 +303,25 @@ def caveats(src: Source) -> list[str]:
         if c.get("search_status") in CAPACITY_STATUSES:
             other = [t for t in c.get("trials", []) if t["status"] not in MEMORY_FAILURES and t["status"] != "ok"]
             if other:
-                what = _join([f"{t['status']} at {t['batch']:,}" for t in other])
+                what = join([f"{t['status']} at {t['batch']:,}" for t in other])
                 out.append(f"**Retried failures** — {_cell_label(c['engine'], c['precision'])}: {len(other)} "
                            f"candidate(s) failed without a memory status ({what}) and were retried.")
     if src.emulated and src.limit_mib is not None:
-        card = (f"this {src.gpu_name}'s {_num(src.card_total_mib)} MiB" if src.gpu_name is not None
+        card = (f"this {src.gpu_name}'s {num(src.card_total_mib)} MiB" if src.gpu_name is not None
                 else "the card's memory (the artifact records no GPU)")
-        out.append(f"**Emulated smaller card** — the VRAM limit L = {_num(src.limit_mib)} MiB is below "
-                   f"{card}: the gate held the device delta under B = {_num(src.budget_mib)} MiB, but a physical card of that size may differ (driver "
+        out.append(f"**Emulated smaller card** — the VRAM limit L = {num(src.limit_mib)} MiB is below "
+                   f"{card}: the gate held the device delta under B = {num(src.budget_mib)} MiB, but a physical card of that size may differ (driver "
                    f"reservations, kernel and allocator choices): read it as \"fits in L on this software "
                    f"stack\", not as a measurement on that card.")
     tf32 = _tf32_engines(src)
     if tf32:
-        out.append(f"**TF32 in fp32** — {_join(tf32)} allowed TF32 tensor-core math for fp32 matmuls and "
+        out.append(f"**TF32 in fp32** — {join(tf32)} allowed TF32 tensor-core math for fp32 matmuls and "
                    f"convolutions: not strict IEEE fp32, and the kernels (and their workspaces) may differ from a "
                    f"strict-fp32 run.")
     if src.benchmark == "throughput":
         single = [_cell_label(t.engine, t.precision) for t in src.tput if t.runs == 1]
         if single:
-            out.append(f"**One run only** — {_join(single)}: a single run, so no confidence interval; "
+            out.append(f"**One run only** — {join(single)}: a single run, so no confidence interval; "
                        f"repeat with more runs before comparing.")
         for c in _kit_cells(src):
             if c.get("status") == "failed":
@@ -425,7 +332,7 @@ def caveats(src: Source) -> list[str]:
                and isinstance((c.get("summary") or {}).get("ci_requested_level"), (int, float))
                and c["summary"]["ci_level"] < c["summary"]["ci_requested_level"]]
         if low:
-            out.append(f"**Interval below the requested level** — {_join(low)}: too few runs for a "
+            out.append(f"**Interval below the requested level** — {join(low)}: too few runs for a "
                        f"distribution-free interval at the requested level; the min–max interval and its actual "
                        f"confidence level are shown.")
     else:
@@ -439,7 +346,7 @@ def caveats(src: Source) -> list[str]:
                        f"pass passes, so the max batch may not be the largest that fits.")
         inv = peak_inversions(pts)
         if inv:
-            what = _join([f"batch {a.batch:,} peaked at {a.peak_mib:,.0f} MiB, batch {b.batch:,} at "
+            what = join([f"batch {a.batch:,} peaked at {a.peak_mib:,.0f} MiB, batch {b.batch:,} at "
                           f"{b.peak_mib:,.0f} MiB" for a, b in inv])
             out.append(f"**Note: peak memory is not monotone in the batch** — {label}: {what} — typically "
                        f"allocator and convolution-algorithm choices that change with the batch.")
@@ -543,7 +450,7 @@ def _measured_kitctl(src: Source) -> list[list[str]]:
     prec = ", ".join(cfg.get("precisions", []))
     tf32 = _tf32_engines(src)
     if tf32:
-        prec += f" (TF32 allowed in fp32: {_join(tf32)})"
+        prec += f" (TF32 allowed in fp32: {join(tf32)})"
     rows.append(["Precision", prec])
     fresh = "a fresh container" if d["runtime"]["name"] == "docker" else "a fresh subprocess"
     if src.benchmark == "maxbatch":
@@ -553,25 +460,25 @@ def _measured_kitctl(src: Source) -> list[list[str]]:
                      f"each candidate is {fresh} ({d['runtime']['name']} runtime)"])
         strategy = cfg.get("strategy")
         if strategy == "protocol":
-            rule = (f"`protocol`: start at {_int(cfg.get('start_batch'))}; double until the first failure or "
-                    f"--max-batch {_int(cfg.get('max_batch'))}; bisect to resolution 1; verify that max + 1 "
+            rule = (f"`protocol`: start at {fmt_int(cfg.get('start_batch'))}; double until the first failure or "
+                    f"--max-batch {fmt_int(cfg.get('max_batch'))}; bisect to resolution 1; verify that max + 1 "
                     f"fails; a timeout/crash/error is retried once, twice stops the engine")
         else:
-            rule = f"`{strategy}` (start {_int(cfg.get('start_batch'))}, --max-batch {_int(cfg.get('max_batch'))})"
+            rule = f"`{strategy}` (start {fmt_int(cfg.get('start_batch'))}, --max-batch {fmt_int(cfg.get('max_batch'))})"
         rows.append(["Search rule", rule])
     else:
-        rows.append(["Speed rule", f"batch {_int(cfg.get('batch'))}; {_int(cfg.get('warmup_steps'))} warm-up "
-                     f"steps, then {_int(cfg.get('steps'))} timed steps; images/s = images ÷ timed window; "
-                     f"{_int(cfg.get('runs'))} runs, each {fresh}; median and a confidence interval of the "
+        rows.append(["Speed rule", f"batch {fmt_int(cfg.get('batch'))}; {fmt_int(cfg.get('warmup_steps'))} warm-up "
+                     f"steps, then {fmt_int(cfg.get('steps'))} timed steps; images/s = images ÷ timed window; "
+                     f"{fmt_int(cfg.get('runs'))} runs, each {fresh}; median and a confidence interval of the "
                      "median over runs"
                      + (f" (requested {cfg['ci_level'] * 100:g}%; each cell states the level it reaches)"
                         if isinstance(cfg.get("ci_level"), (int, float)) else "")])
     b = d.get("budget")
     if b:
-        emu = (f", emulating a smaller card on {_num(src.card_total_mib)} MiB" if b.get("emulated_smaller_card")
+        emu = (f", emulating a smaller card on {num(src.card_total_mib)} MiB" if b.get("emulated_smaller_card")
                else "")
-        rows.append(["VRAM rule", f"L = {_num(b['limit_mib'])} MiB ({b['limit_source']}{emu}), R = "
-                     f"{_num(b['reserve_mib'])} MiB, B = L − R = {_num(b['budget_mib'])} MiB; a host thread samples NVML and kills a candidate "
+        rows.append(["VRAM rule", f"L = {num(b['limit_mib'])} MiB ({b['limit_source']}{emu}), R = "
+                     f"{num(b['reserve_mib'])} MiB, B = L − R = {num(b['budget_mib'])} MiB; a host thread samples NVML and kills a candidate "
                      f"the moment its device delta (used − idle baseline) exceeds B"])
     elif cfg.get("memory_limit_mib"):
         rows.append(["Memory rule", f"--memory-limit {cfg['memory_limit_mib']:,} MiB of host memory per candidate"])
@@ -579,11 +486,11 @@ def _measured_kitctl(src: Source) -> list[list[str]]:
         o = c.get("overhead")
         if not o:
             continue
-        text = (f"{_num(o.get('overhead_mib'), 1)} MiB = device delta {_num(o.get('device_delta_peak_mib'), 1)} − "
-                f"framework peak {_num(o.get('framework_peak_mib'), 1)} at batch {_int(o.get('batch'))}")
+        text = (f"{num(o.get('overhead_mib'), 1)} MiB = device delta {num(o.get('device_delta_peak_mib'), 1)} − "
+                f"framework peak {num(o.get('framework_peak_mib'), 1)} at batch {fmt_int(o.get('batch'))}")
         if c.get("framework_budget_mib") is not None:
             cap = (d["engines"].get(c["engine"]) or {}).get("framework_cap", "")
-            text += f"; framework told B − overhead = {_num(c['framework_budget_mib'])} MiB" + (f" ({cap})" if cap else "")
+            text += f"; framework told B − overhead = {num(c['framework_budget_mib'])} MiB" + (f" ({cap})" if cap else "")
         rows.append([f"Calibrated overhead, {_cell_label(c['engine'], c['precision'])}", text])
     rates = [t["peaks"].get("sample_rate_hz") for c in _kit_cells(src)
              for t in [c.get("calibration")] + list(c.get("trials", [])) if t]
@@ -592,7 +499,7 @@ def _measured_kitctl(src: Source) -> list[list[str]]:
         rows.append(["VRAM sampler", f"NVML, {min(rates):,.0f}–{max(rates):,.0f} samples/s achieved over "
                      f"{len(rates)} trials incl. calibration (target ≥ 500)"])
     rows.append(["cuDNN autotuning", "on (--cudnn-benchmark)" if cfg.get("cudnn_benchmark") else "off"])
-    rows.append(["Timeout", f"{_num(cfg.get('timeout_s'))} s per candidate"])
+    rows.append(["Timeout", f"{num(cfg.get('timeout_s'))} s per candidate"])
     return rows
 
 
@@ -620,8 +527,8 @@ def _measured_reference(src: Source) -> list[list[str]]:
     if rule:
         rows.append(["Search rule", rule])
     if src.budget_mib is not None:
-        rows.append(["VRAM rule", f"cap = card total {_num(src.card_total_mib)} − reserve "
-                     f"{_int(cfg.get('vram_reserve_mib'))} = {src.budget_mib:,.0f} MiB (the trials' `vram_cap_mib`)"])
+        rows.append(["VRAM rule", f"cap = card total {num(src.card_total_mib)} − reserve "
+                     f"{fmt_int(cfg.get('vram_reserve_mib'))} = {src.budget_mib:,.0f} MiB (the trials' `vram_cap_mib`)"])
     srcs = sorted({reference.peak_source(e) for *_, e in reference.cells(d)})
     rows.append(["Peaks", "; ".join(srcs)])
     return rows
@@ -676,14 +583,14 @@ def _machine_kitctl(src: Source) -> list[list[str]]:
                      f"MIG {g.get('mig_mode')}"])
         rows.append(["Driver", f"{g.get('driver')}" + (f" (CUDA driver {g['cuda_driver_version']})"
                                                        if g.get("cuda_driver_version") else "")])
-        mem = f"{_num(g.get('total_mib'))} MiB total"
+        mem = f"{num(g.get('total_mib'))} MiB total"
         if src.emulated and src.limit_mib:
-            mem += f"; VRAM limit L = {_num(src.limit_mib)} MiB (emulated smaller card)"
+            mem += f"; VRAM limit L = {num(src.limit_mib)} MiB (emulated smaller card)"
         rows.append(["Memory", mem])
         c, mx = g.get("clocks_mhz") or {}, g.get("max_clocks_mhz") or {}
         if c:
-            rows.append(["Clocks at start", f"SM {_int(c.get('sm'))} MHz (max {_int(mx.get('sm'))}), memory "
-                         f"{_int(c.get('memory'))} MHz; power limit {_num(g.get('power_limit_w'))} W; "
+            rows.append(["Clocks at start", f"SM {fmt_int(c.get('sm'))} MHz (max {fmt_int(mx.get('sm'))}), memory "
+                         f"{fmt_int(c.get('memory'))} MHz; power limit {num(g.get('power_limit_w'))} W; "
                          f"persistence {g.get('persistence_mode', '?')}"])
     else:
         rows.append(["GPU", "none (CPU run)"])
@@ -716,7 +623,7 @@ def _machine_reference(src: Source) -> list[list[str]]:
     m = d.get("machine") or {}
     g = m.get("gpu") or {}
     rows = [["GPU", str(g.get("name", "?"))], ["Driver", str(g.get("driver_version", "?"))],
-            ["Memory", f"{_num(src.card_total_mib)} MiB total"]]
+            ["Memory", f"{num(src.card_total_mib)} MiB total"]]
     v = m.get("versions") or {}
     rows.append(["Versions", " · ".join(f"{k} {cudnn_text(x) if 'cudnn' in k else x}" for k, x in v.items())
                  or "not reported"])

@@ -1,7 +1,7 @@
 """The engine images as a team shares them: compose.yaml's names, the daemon's store, a registry.
 
 The library behind `kitctl images`, `kitctl doctor` and `kitctl clean` (the commands live in
-images_cmd.py, doctor.py and clean.py). Everything goes through the Docker SDK; every problem is
+images/cli.py, doctor/ and runtimes/clean.py). Everything goes through the Docker SDK; every problem is
 an `ImageError` whose message is one line.
 
 Names: compose.yaml names each service's image (and each build variant's, e.g. CI's `cpu-ci`:
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .compose import Compose, ComposeError, load_compose
-from .runtimes.base import RuntimeUnavailable
+from ..runtimes.base import RuntimeUnavailable
 
 # Label every kit image carries (images/<engine>/Dockerfile) and the ones `list` shows.
 LABEL_ENGINE = "kit.engine"
@@ -48,7 +48,7 @@ def open_compose(path: str | os.PathLike[str] | None = None) -> Compose:
 def open_client(timeout: float = CLIENT_TIMEOUT_S) -> Any:
     """A Docker client that answers, or ImageError (one line)."""
     try:
-        from .runtimes.docker import docker_client
+        from ..runtimes.docker import docker_client
     except ImportError as exc:  # pragma: no cover - the SDK is a dependency
         raise ImageError(f"the Docker SDK for Python is not installed (pip install docker): {exc}") from None
     try:
@@ -84,7 +84,7 @@ def resolve_services(compose: Compose, names: Iterable[str] | None) -> list[str]
         else:
             owners = [s.name for s in compose.services.values() if n in s.engines]
             if not owners:
-                from .engines import ENGINES
+                from ..core.engines import ENGINES
 
                 if n in ENGINES and ENGINES[n].service in compose.services:
                     owners = [ENGINES[n].service]
@@ -172,7 +172,7 @@ def image_rows(client: Any, compose: Compose, services: list[str], variant: str 
         import docker.errors
     except ImportError:  # pragma: no cover - the SDK is a dependency
         client = None
-    from .runtimes.docker import image_provenance
+    from ..runtimes.docker import image_provenance
 
     rows: list[dict[str, Any]] = []
     for svc_name in services:
@@ -393,7 +393,7 @@ def engine_image_problem(labels: dict[str, str] | None, service: str) -> str | N
     the service and `kit.trial-protocol` = the protocol this kitctl speaks. Anything else under
     that name (a stub, another project's image, a build stage) would be run as a trial and fail
     in confusing ways, so `--runtime auto` falls back to local and doctor marks it ✗."""
-    from .protocol import PROTOCOL_VERSION
+    from ..core.protocol import PROTOCOL_VERSION
 
     labels = labels or {}
     if labels.get(LABEL_STAGE):

@@ -1,133 +1,24 @@
-"""`kitctl doctor`: is this host fit for the main job, a GPU run in the engine images?
+"""`kitctl doctor`'s checks, one small named function each, in the order they run (CHECKS).
 
-One line per check, ✓ (ok), ! (warning or not checked) or ✗ (error), and for each failing one
-how to fix it:
-
-  compose         compose.yaml parses (the image names come from it)
-  docker          the daemon answers; its version
-  nvml            the NVIDIA driver through NVML: GPUs, driver version
-  nvidia-runtime  which GPU request the daemon honours: a throw-away container per kind, the NVIDIA
-                  Container Toolkit's (--gpus style) and CDI's (nvidia.com/gpu=UUID)
-                  (runtimes.docker.probe_gpu_request)
-  cuda:<image>    the driver against each image's CUDA (label kit.cuda.version, or compose.yaml's
-                  CUDA_VERSION build arg for an image not built yet): which images this host can run
-  gpu-idle:<i>    the GPU holds no memory, or who holds it (gpu.check_idle)
-  image:<svc>     the image `kitctl run` would use for each compose service is present and is the
-                  kit's (labels kit.engine = the service, kit.trial-protocol = 1); else ✗
-  disk            free space where Docker keeps images (DockerRootDir)
-  orphans         kit containers whose owner is gone (`kitctl clean` removes them)
-  gpu-run         the verdict: can `kitctl run maxbatch --runtime docker` start on the GPU here?
-
-Exit 0 when the GPU run can start, 1 when it cannot, 2 only for bad input. Never a traceback:
-a check that breaks reports itself as failed.
+Each writes its line(s) into `ctx.rep` and leaves what later checks need on `ctx`; a check that
+breaks reports itself as failed, never raises.
 """
 from __future__ import annotations
 
 import json
 import os
 import shutil
-from dataclasses import asdict, dataclass, field
-from typing import Any, Optional
+from typing import Any
 
-import typer
-from rich.console import Console
-from rich.text import Text
-
-EXIT_READY, EXIT_NOT_READY, EXIT_USAGE = 0, 1, 2
-
-# Minimum Linux driver per CUDA major version (NVIDIA's CUDA toolkit/driver compatibility table;
-# forward compatibility packages aside). Images with CUDA "none" (CPU builds) run anywhere.
-CUDA_MIN_DRIVER: dict[int, int] = {13: 580, 12: 525, 11: 450}
-MIN_FREE_GIB = 20.0  # a CUDA engine image is ~10 GB; a rebuild needs it twice
-IDLE_THRESHOLD_MIB = 1024.0
-
-FIX_DRIVER = ("install the NVIDIA driver (≥ 580 for CUDA 13 images) and check it with nvidia-smi; "
-              "on a host without a GPU use --device cpu")
-FIX_TOOLKIT = ("install the NVIDIA Container Toolkit, then `sudo nvidia-ctk runtime configure --runtime=docker` "
-               "and restart Docker (sudo systemctl restart docker)")
-FIX_CDI = ("or generate a CDI spec: `sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml` (Docker < 28.2 also "
-           "needs daemon.json {\"features\": {\"cdi\": true}}) and restart Docker")
-FIX_DOCKER = ("start the daemon (sudo systemctl start docker) and make its socket usable "
-              "(add yourself to the docker group or set DOCKER_HOST), or use --runtime local")
+from .base import FIX_CDI, FIX_DOCKER, FIX_DRIVER, FIX_TOOLKIT, Host, Report, _driver_major, _one_line, _safe_info, cuda_requirement
 
 
-@dataclass
-class Check:
-    name: str
-    ok: bool
-    level: str  # ok | warn | error | skip
-    detail: str
-    fix: str | None = None
-
-    @property
-    def symbol(self) -> str:
-        return {"ok": "✓", "error": "✗"}.get(self.level, "!")
-
-
-@dataclass
-class Report:
-    checks: list[Check] = field(default_factory=list)
-    images: list[dict[str, Any]] = field(default_factory=list)
-    runnable: list[str] = field(default_factory=list)  # images a GPU run can use here
-    cpu_only: list[str] = field(default_factory=list)  # present images that run on --device cpu only
-    gpu_run: bool = False
-
-    def add(self, name: str, level: str, detail: str, fix: str | None = None) -> Check:
-        c = Check(name=name, ok=level == "ok", level=level, detail=" ".join(detail.split()), fix=fix)
-        self.checks.append(c)
-        return c
-
-    def get(self, name: str) -> Check | None:
-        return next((c for c in self.checks if c.name == name), None)
-
-    @property
-    def exit_code(self) -> int:
-        return EXIT_READY if self.gpu_run else EXIT_NOT_READY
-
-    def to_json(self) -> dict[str, Any]:
-        return {"ok": self.gpu_run, "exit_code": self.exit_code, "gpu_run": self.gpu_run,
-                "runnable_images": self.runnable, "cpu_only_images": self.cpu_only,
-                "checks": [asdict(c) for c in self.checks], "images": self.images}
-
-
-def _one_line(exc: BaseException) -> str:
-    text = getattr(exc, "explanation", None) or str(exc) or type(exc).__name__
-    return " ".join(str(text).split())[:300]
-
-
-def _driver_major(version: str | None) -> int | None:
-    try:
-        return int(str(version).split(".")[0])
-    except (TypeError, ValueError):
-        return None
-
-
-def cuda_requirement(cuda: str | None) -> tuple[str, int | None]:
-    """kit.cuda.version → ("cpu"|"cuda"|"unknown", minimum driver major or None)."""
-    if cuda is None or str(cuda).strip() in ("", "unknown"):
-        return "unknown", None
-    if str(cuda).strip().lower() == "none":
-        return "cpu", None
-    major = _driver_major(cuda)
-    if major is None:
-        return "unknown", None
-    return "cuda", CUDA_MIN_DRIVER.get(major)
-
-
-def run_checks(*, client: Any = None, variant: str | None = None, idle_threshold_mib: float = IDLE_THRESHOLD_MIB,
-               min_free_gib: float = MIN_FREE_GIB, probe: bool = True, nvml: Any = None,
-               compose_path: Any = None) -> Report:
-    """Run every check; never raises for what it finds (a broken check is a failed check).
-
-    `client` (a Docker client), `nvml` (a gpu.Nvml) and `compose_path` default to the real ones.
-    """
-    rep = Report()
-    variant = variant if variant is not None else (os.environ.get("KITCTL_IMAGE_VARIANT") or None)
-
-    # -- compose.yaml ---------------------------------------------------------------------------
+def check_compose(ctx: Host) -> None:
+    """compose.yaml parses (the image names come from it)."""
+    rep, compose_path = ctx.rep, ctx.compose_path
     compose = None
     try:
-        from .compose import ComposeError, load_compose
+        from ..images.compose import ComposeError, load_compose
 
         try:
             compose = load_compose(compose_path)
@@ -138,13 +29,17 @@ def run_checks(*, client: Any = None, variant: str | None = None, idle_threshold
                     "`docker-compose -f compose.yaml config` shows what Compose makes of it")
     except Exception as exc:  # noqa: BLE001
         rep.add("compose", "error", f"reading compose.yaml failed: {_one_line(exc)}")
+    ctx.compose = compose
 
-    # -- Docker ---------------------------------------------------------------------------------
+
+def check_docker(ctx: Host) -> None:
+    """The daemon answers; its version."""
+    rep, client = ctx.rep, ctx.client
     own_client = client is None
     docker_ok = False
     try:
         if client is None:
-            from .runtimes.docker import docker_client
+            from ..runtimes.docker import docker_client
 
             client = docker_client(timeout=30)
         v = client.version()
@@ -158,12 +53,18 @@ def run_checks(*, client: Any = None, variant: str | None = None, idle_threshold
     except Exception as exc:  # noqa: BLE001  RuntimeUnavailable, APIError, OSError
         rep.add("docker", "error", _one_line(exc), FIX_DOCKER)
         client = None
+    ctx.own_client = own_client
+    ctx.docker_ok = docker_ok
+    ctx.client = client
 
-    # -- NVML / driver --------------------------------------------------------------------------
+
+def check_nvml(ctx: Host) -> None:
+    """The NVIDIA driver through NVML: GPUs, driver version."""
+    rep, nvml = ctx.rep, ctx.nvml
     driver: str | None = None
     gpus: list[tuple[int, Any, Any]] = []  # (index, handle, GpuInfo)
     try:
-        from .gpu import GpuError, Nvml
+        from ..core.gpu import GpuError, Nvml
 
         try:
             nvml = nvml if nvml is not None else Nvml()
@@ -186,12 +87,18 @@ def run_checks(*, client: Any = None, variant: str | None = None, idle_threshold
                     FIX_DRIVER)
     except Exception as exc:  # noqa: BLE001
         rep.add("nvml", "error", f"NVML failed: {_one_line(exc)}", FIX_DRIVER)
+    ctx.driver = driver
+    ctx.gpus = gpus
+    ctx.nvml = nvml
 
-    # -- images present -------------------------------------------------------------------------
+
+def check_images(ctx: Host) -> None:
+    """The image `kitctl run` would use for each compose service: present and the kit's."""
+    rep, compose, client, variant = ctx.rep, ctx.compose, ctx.client, ctx.variant
     rows: list[dict[str, Any]] = []
     if compose is not None:
         try:
-            from .imagestore import image_rows
+            from ..images.store import image_rows
 
             rows = image_rows(client, compose, list(compose.services))  # no client: all "absent"
         except Exception as exc:  # noqa: BLE001
@@ -221,8 +128,12 @@ def run_checks(*, client: Any = None, variant: str | None = None, idle_threshold
                 rep.add(f"image:{svc.name}", "warn", f"{name} is not present",
                         f"kitctl images build {svc.name}{' --variant ' + v if v else ''} "
                         f"(or kitctl images pull {svc.name} --registry HOST:PORT)")
+    ctx.rows = rows
 
-    # -- NVIDIA container runtime ---------------------------------------------------------------
+
+def check_nvidia_runtime(ctx: Host) -> None:
+    """Which GPU request the daemon honours (a throw-away container per kind)."""
+    rep, client, rows, gpus, probe = ctx.rep, ctx.client, ctx.rows, ctx.gpus, ctx.probe
     nvidia_ok = False
     if client is None:
         rep.add("nvidia-runtime", "skip", "not checked: no Docker daemon", FIX_DOCKER)
@@ -241,7 +152,7 @@ def run_checks(*, client: Any = None, variant: str | None = None, idle_threshold
         elif not probe:
             rep.add("nvidia-runtime", "skip", f"probe skipped (--no-probe; {daemon})")
         else:
-            from .runtimes.docker import probe_gpu_request
+            from ..runtimes.docker import probe_gpu_request
 
             try:
                 found = probe_gpu_request(client, present[0], gpus[0][2].uuid if gpus else None, "auto",
@@ -259,8 +170,12 @@ def run_checks(*, client: Any = None, variant: str | None = None, idle_threshold
             else:
                 rep.add("nvidia-runtime", "error", f"the daemon attaches a GPU by neither request — {said} "
                         f"(probe with {present[0]}; {daemon})", f"{FIX_TOOLKIT}; {FIX_CDI}")
+    ctx.nvidia_ok = nvidia_ok
 
-    # -- driver vs each image's CUDA -------------------------------------------------------------
+
+def check_cuda(ctx: Host) -> None:
+    """The driver against each image's CUDA: which images this host can run."""
+    rep, driver, rows, client = ctx.rep, ctx.driver, ctx.rows, ctx.client
     major = _driver_major(driver)
     seen: set[str] = set()
     for r in rows:
@@ -301,12 +216,15 @@ def run_checks(*, client: Any = None, variant: str | None = None, idle_threshold
                 + (f"; cannot run: {', '.join(cannot)}" if cannot else ""),
                 None if rep.runnable else "a GPU run needs a present image whose CUDA this driver supports")
 
-    # -- GPU idle -------------------------------------------------------------------------------
+
+def check_gpu_idle(ctx: Host) -> None:
+    """Each GPU holds no memory, or who holds it."""
+    rep, gpus, nvml, idle_threshold_mib = ctx.rep, ctx.gpus, ctx.nvml, ctx.idle_threshold_mib
     if not gpus:
         rep.add("gpu-idle", "skip", "not checked: no GPU through NVML")
     for i, h, g in gpus:
         try:
-            from .gpu import check_idle
+            from ..core.gpu import check_idle
 
             busy = check_idle(nvml, h, idle_threshold_mib)
             if busy is None:
@@ -319,7 +237,10 @@ def run_checks(*, client: Any = None, variant: str | None = None, idle_threshold
         except Exception as exc:  # noqa: BLE001
             rep.add(f"gpu-idle:{i}", "warn", f"GPU {i}: reading its memory failed: {_one_line(exc)}")
 
-    # -- disk -----------------------------------------------------------------------------------
+
+def check_disk(ctx: Host) -> None:
+    """Free space where Docker keeps images (DockerRootDir)."""
+    rep, client, min_free_gib = ctx.rep, ctx.client, ctx.min_free_gib
     if client is None:
         rep.add("disk", "skip", "not checked: no Docker daemon")
     else:
@@ -339,10 +260,13 @@ def run_checks(*, client: Any = None, variant: str | None = None, idle_threshold
             rep.add("disk", "skip", f"cannot see Docker's data root {root or '?'} from here "
                     f"({exc.strerror or exc}); a remote daemon?")
 
-    # -- orphans --------------------------------------------------------------------------------
+
+def check_orphans(ctx: Host) -> None:
+    """Kit containers whose owner is gone (`kitctl clean` removes them)."""
+    rep, client = ctx.rep, ctx.client
     if client is not None:
         try:
-            from .runtimes.docker import sweep_orphans
+            from ..runtimes.docker import sweep_orphans
 
             orphans = sweep_orphans(client, dry_run=True)
             if orphans:
@@ -353,9 +277,15 @@ def run_checks(*, client: Any = None, variant: str | None = None, idle_threshold
         except Exception as exc:  # noqa: BLE001
             rep.add("orphans", "warn", f"listing kit containers failed: {_one_line(exc)}")
 
-    local_trial_checks(rep)
 
-    # -- verdict --------------------------------------------------------------------------------
+def check_local_trials(ctx: Host) -> None:
+    """Compiled trials (OpenNN) for `--runtime local`."""
+    local_trial_checks(ctx.rep)
+
+
+def check_gpu_run(ctx: Host) -> None:
+    """Can `kitctl run maxbatch --runtime docker` start on the GPU here?"""
+    rep, docker_ok, gpus, client, nvidia_ok = ctx.rep, ctx.docker_ok, ctx.gpus, ctx.client, ctx.nvidia_ok
     why = []
     if not docker_ok:
         why.append("no Docker daemon")
@@ -374,18 +304,11 @@ def run_checks(*, client: Any = None, variant: str | None = None, idle_threshold
         rep.add("gpu-run", "error", f"a GPU run cannot start here: {'; '.join(why)}{cpu}",
                 "fix the ✗ lines above")
 
-    if own_client and client is not None:
-        try:
-            client.close()
-        except Exception:  # noqa: BLE001
-            pass
-    return rep
-
 
 def local_trial_checks(rep: Report) -> None:
     """Compiled trials (OpenNN) for `--runtime local`: built here, and from which commit."""
-    from .engines import ENGINES
-    from .paths import native_build_info, native_trial
+    from ..core.engines import ENGINES
+    from ..core.paths import native_build_info, native_trial
 
     for engine in {e.trial: e for e in ENGINES.values() if e.native}.values():
         exe, name = native_trial(engine.name), f"local-trial:{engine.trial}"
@@ -402,41 +325,5 @@ def local_trial_checks(rep: Report) -> None:
         rep.add(name, "ok", f"{engine.trial} trial for --runtime local: {exe} ({built})")
 
 
-def _safe_info(client: Any) -> dict[str, Any]:
-    try:
-        return client.info() or {}
-    except Exception:  # noqa: BLE001
-        return {}
-
-
-_STYLE = {"ok": "green", "warn": "yellow", "skip": "yellow", "error": "red"}
-
-
-def print_report(rep: Report, console: Console) -> None:
-    width = min(max((len(c.name) for c in rep.checks), default=8), 16)
-    for c in rep.checks:
-        console.print(Text.assemble((c.symbol, _STYLE.get(c.level, "")), " ", (f"{c.name:<{width}}", "bold"),
-                                    "  ", c.detail))
-        if c.fix and c.level != "ok":
-            console.print(Text(f"    fix: {c.fix}", style="dim"))
-
-
-def doctor(
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: every check {name, ok, level, detail, fix}."),
-    variant: Optional[str] = typer.Option(None, envvar="KITCTL_IMAGE_VARIANT",
-                                          help="Check this build variant's images as the ones a run uses."),
-    idle_threshold: float = typer.Option(IDLE_THRESHOLD_MIB, help="MiB in use above which a GPU is not idle."),
-    min_free_gib: float = typer.Option(MIN_FREE_GIB, help="Warn when Docker's data root has less free space (GiB)."),
-    probe: bool = typer.Option(True, "--probe/--no-probe", help="Start a throw-away GPU container to test the NVIDIA runtime."),
-) -> None:
-    """Check this host for a GPU run: Docker, NVIDIA runtime, driver vs image CUDA, GPU idle, images, disk.
-
-    Exit 0 when a GPU run can start, 1 when it cannot.
-    """
-    rep = run_checks(variant=variant or None, idle_threshold_mib=idle_threshold, min_free_gib=min_free_gib,
-                     probe=probe)
-    if as_json:
-        print(json.dumps(rep.to_json(), indent=2))
-    else:
-        print_report(rep, Console(highlight=False, soft_wrap=True))
-    raise typer.Exit(rep.exit_code)
+CHECKS = (check_compose, check_docker, check_nvml, check_images, check_nvidia_runtime, check_cuda, check_gpu_idle,
+          check_disk, check_orphans, check_local_trials, check_gpu_run)

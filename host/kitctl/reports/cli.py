@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .artifact import ArtifactError
+from ..core.artifact import ArtifactError
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_NOT_COMPARABLE = 0, 1, 2, 3
 # A value the schema lets through but the renderer cannot use (an artifact written by hand or by
@@ -42,7 +42,7 @@ def _emit(md: str) -> None:
 
 def _write_atomic(path: Path, text: str) -> None:
     """A temporary file beside `path`, renamed into place: a full disk leaves no truncated report."""
-    from .fileio import replace_atomically
+    from ..core.fileio import replace_atomically
 
     replace_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
@@ -101,7 +101,7 @@ def compare(
     comparable (the results measure different things; --force compares them anyway)."""
     from . import compare as cmpmod
     from .sources import load_source
-    from .summary import engine_label
+    from ..core.tables import engine_label
 
     if not math.isfinite(threshold) or threshold < 0:
         _fail(f"--threshold must be a percentage ≥ 0 (got {threshold})")

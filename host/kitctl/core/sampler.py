@@ -15,7 +15,7 @@ from typing import Any
 
 from .gpu import Nvml
 from .outcome import KilledBy, MemoryPeaks
-from .runtimes.base import CandidateHandle
+from .watch import CandidateHandle
 
 BASELINE_READS = 5
 PROCESS_EVERY_S = 0.02  # per-process query cadence (it costs ~ms on big hosts)
@@ -27,7 +27,7 @@ RELEASE_SLACK_MIB = 64.0
 
 
 class NvmlSampler:
-    """Implements runtimes.base.Watcher."""
+    """Implements core.watch.Watcher."""
 
     def __init__(self, nvml: Nvml, handle: Any, budget_mib: float | None, *,
                  min_interval_s: float = 0.0005, release_wait_s: float = RELEASE_WAIT_S) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .artifact import ArtifactError
+from ..core.artifact import ArtifactError
 from .sources import KITCTL, UnknownKind, load_source
 
 

@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import artifact as art
+from ..core import artifact as art
 from . import reference
-from .artifact import ArtifactError
-from .summary import Row, ThroughputRow, TrialPoint, maxbatch_rows, throughput_rows, trial_points
+from ..core.artifact import ArtifactError
+from ..benchmarks.maxbatch.table import Row, TrialPoint, maxbatch_rows, trial_points
+from ..benchmarks.throughput.table import ThroughputRow, throughput_rows
 
 KITCTL, REFERENCE = "kitctl", "reference"
 
@@ -38,6 +39,11 @@ class Source:
     rows: list[Row] = field(default_factory=list)
     tput: list[ThroughputRow] = field(default_factory=list)
     points: dict[tuple[str, str], list[TrialPoint]] = field(default_factory=dict)
+
+    @property
+    def is_kitctl(self) -> bool:
+        """kitctl's own artifact (else the reference runner's JSON)."""
+        return self.kind == KITCTL
 
     @property
     def name(self) -> str:

@@ -22,9 +22,11 @@ import re
 from typing import Any
 
 from . import reference
-from .artifact import ArtifactError
+from ..core.artifact import ArtifactError
 from .sources import KITCTL, Source
-from .summary import Row, ThroughputRow, engine_label, intervals_overlap
+from ..core.tables import engine_label, intervals_overlap
+from ..benchmarks.maxbatch.table import Row
+from ..benchmarks.throughput.table import ThroughputRow
 
 
 @dataclass(frozen=True)

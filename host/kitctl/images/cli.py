@@ -19,8 +19,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from . import imagestore as store
-from .imagestore import ImageError
+from . import store
+from .store import ImageError
 
 EXIT_OK, EXIT_USAGE = 0, 2
 
@@ -119,8 +119,8 @@ def build(
 ) -> None:
     """Build engine images from compose.yaml (the same images `docker compose build` makes)."""
     from .compose import ComposeError, provenance_build_args
-    from .runtimes.base import RuntimeUnavailable
-    from .runtimes.docker import ImageBuildError, build_image
+    from ..runtimes.base import RuntimeUnavailable
+    from ..runtimes.docker import ImageBuildError, build_image
 
     console = Console(highlight=False)
     variant = variant or None
@@ -245,7 +245,7 @@ def _transfer(kind: str, names: list[str] | None, registry: str | None, variant:
         for svc in services:
             local = compose.image(svc, variant)
             if kind == "push" and not names:
-                from .runtimes.docker import image_exists
+                from ..runtimes.docker import image_exists
 
                 if not image_exists(local, client):
                     _note(f"{svc}: {local} is not present, skipped")

@@ -33,8 +33,8 @@ def clean_host(client: Any, *, images: bool = False, dry_run: bool = False) -> d
     """Do (or with dry_run, plan) the cleaning; return {dry_run, containers, images, kept_images}."""
     import docker.errors
 
-    from .imagestore import dangling_kit_images, describe_image, one_line
-    from .runtimes.docker import sweep_orphans
+    from ..images.store import dangling_kit_images, describe_image, one_line
+    from .docker import sweep_orphans
 
     out: dict[str, Any] = {"dry_run": dry_run, "containers": sweep_orphans(client, dry_run=dry_run),
                            "images": [], "kept_images": []}
@@ -62,8 +62,8 @@ def clean(
 ) -> None:
     """Kill orphaned local trials and remove orphaned kit containers (owner process gone);
     with --images, dangling kit images too."""
-    from .imagestore import ImageError, open_client
-    from .runtimes.runstate import sweep_local_orphans
+    from ..images.store import ImageError, open_client
+    from .runstate import sweep_local_orphans
 
     console = Console(highlight=False, soft_wrap=True)
     err = Console(stderr=True, highlight=False, soft_wrap=True)

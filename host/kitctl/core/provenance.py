@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
-from . import __version__
+from .. import __version__
 from .engines import ENGINES
 from .paths import kit_root
 
@@ -97,7 +97,7 @@ def image_trial_code(client: Any, image: str, engine: str, image_root: str = "/o
     trials/<x> and trials/common to /opt/kit/trials): what the Docker runtime runs. Read from a
     created, never started container; None when the image has no such folder (a compiled trial).
     """
-    from .runtimes.docker import owner_labels  # labelled: `kitctl clean` removes a leftover
+    from ..runtimes.docker import owner_labels  # labelled: `kitctl clean` removes a leftover
 
     rels = trial_paths(engine)
     files: list[tuple[str, bytes]] = []

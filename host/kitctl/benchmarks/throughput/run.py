@@ -13,13 +13,13 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .budget import Budget
-from .engines import Engine
-from .outcome import Status, TrialOutcome
-from .protocol import TrialRequest
-from .runner import Runner, find_cell
-from .runtimes.base import Watcher
-from .stats import median, summarize
+from ...core.budget import Budget
+from ...core.engines import Engine
+from ...core.outcome import Status, TrialOutcome
+from ...core.protocol import TrialRequest
+from ..maxbatch.run import Runner, find_cell
+from ...core.watch import Watcher
+from ...core.stats import median, summarize
 
 
 @dataclass

@@ -8,15 +8,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Protocol, Sequence
 
-from . import signals
-from .artifact import ArtifactStore, utc_iso
-from .budget import Budget, BudgetError, framework_budget, overhead_from
-from .engines import Engine
-from .outcome import SearchStatus, TrialOutcome
-from .protocol import TrialRequest
-from .runtimes.base import Runtime, RuntimeUnavailable, Watcher
-from .search import STRATEGIES, SearchConfig
-from .signals import Interrupted  # noqa: F401  (re-exported: SIGINT/SIGTERM/SIGHUP during a run)
+from ...core import signals
+from ...core.artifact import ArtifactStore, utc_iso
+from ...core.budget import Budget, BudgetError, framework_budget, overhead_from
+from ...core.engines import Engine
+from ...core.outcome import SearchStatus, TrialOutcome
+from ...core.protocol import TrialRequest
+from ...core.watch import Watcher
+from ...runtimes.base import Runtime, RuntimeUnavailable
+from ...core.search import STRATEGIES, SearchConfig
+from ...core.signals import Interrupted  # noqa: F401  (re-exported: SIGINT/SIGTERM/SIGHUP during a run)
 
 
 class View(Protocol):

@@ -21,8 +21,8 @@ def kit_root() -> Path:
     for parent in here.parents:
         if (parent / "trials").is_dir() and (parent / "compose.yaml").is_file():
             return parent
-    # Fall back to the checkout layout host/kitctl/paths.py -> repo root.
-    return here.parents[2]
+    # Fall back to the checkout layout host/kitctl/core/paths.py -> repo root.
+    return here.parents[3]
 
 
 def trial_script(engine: str) -> Path:
@@ -46,4 +46,4 @@ def native_build_info(engine: str) -> Path:
 
 
 def schema_path() -> Path:
-    return Path(__file__).resolve().parent / "schema" / "artifact.schema.json"
+    return Path(__file__).resolve().parents[1] / "schema" / "artifact.schema.json"

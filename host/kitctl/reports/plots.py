@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .fileio import replace_atomically
+from ..core.fileio import replace_atomically
 from .sources import KITCTL, Source
-from .summary import engine_family, engine_label
+from ..core.tables import engine_family, engine_label
 
 _FAMILY_COLORS = {"PyTorch": "#ee4c2c", "TensorFlow": "#ff8f00", "OpenNN": "#1f77b4",
                   "JAX": "#8e44ad"}

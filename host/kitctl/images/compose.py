@@ -78,7 +78,7 @@ class Compose:
 
     def service_for_engine(self, engine: str) -> Service:
         """The service holding an engine's image (engines.py's Engine.service)."""
-        from .engines import ENGINES
+        from ..core.engines import ENGINES
 
         if engine not in ENGINES:
             raise ComposeError(f"unknown engine {engine!r}")
@@ -132,10 +132,10 @@ def provenance_build_args(root: str | os.PathLike[str] | None = None) -> dict[st
     import datetime
     import subprocess
 
-    from . import __version__
+    from .. import __version__
 
     if root is None:
-        from .paths import kit_root
+        from ..core.paths import kit_root
 
         root = kit_root()
 
@@ -155,7 +155,7 @@ def provenance_build_args(root: str | os.PathLike[str] | None = None) -> dict[st
 
 
 def default_path() -> Path:
-    from .paths import kit_root
+    from ..core.paths import kit_root
 
     return kit_root() / "compose.yaml"
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .engines import ENGINES
-from .summary import CAPACITY_STATUSES, UNCLASSIFIED_NEXT, Row, TrialPoint, result_text
+from ..core.engines import ENGINES
+from ..benchmarks.maxbatch.table import CAPACITY_STATUSES, UNCLASSIFIED_NEXT, Row, TrialPoint, result_text
 
 BENCHMARK_ID = "gpu-resnet50-max-batch"
 PRECISIONS = ("fp32", "bf16")

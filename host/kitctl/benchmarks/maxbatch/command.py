@@ -1,0 +1,64 @@
+"""`kitctl run maxbatch`: its flags into a MaxbatchConfig, the run started through kitctl.launch."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from ... import launch
+from ...core.search import STRATEGIES
+from ...errors import EXIT_INCOMPLETE, EXIT_OK
+from ...runconfig import (O_CUDNN, O_DATA_DIR, O_DATASET, O_DEVICE, O_ENGINES, O_GPU, O_GPU_REQUEST,
+                          O_IDLE_THRESHOLD, O_MEMORY_LIMIT, O_PRECISION, O_PYTHON, O_REQUIRE_IDLE, O_RESERVE,
+                          O_RESULTS_DIR, O_RESUME, O_RUNTIME, O_TIMEOUT, O_VRAM_LIMIT, Dataset, Device,
+                          GpuRequestName, Precision, RuntimeName)
+from .config import DEFAULT_MAX_BATCH, MaxbatchConfig
+from .run import Runner, RunPlan
+from .table import all_have_capacity, print_table
+
+
+def maxbatch(
+    ctx: typer.Context,
+    engines: str = O_ENGINES,
+    precision: Precision = O_PRECISION,
+    device: Device = O_DEVICE,
+    gpu: Optional[str] = O_GPU,
+    vram_limit: Optional[int] = O_VRAM_LIMIT,
+    reserve: int = O_RESERVE,
+    start_batch: int = typer.Option(128, help="First candidate."),
+    max_batch: int = typer.Option(DEFAULT_MAX_BATCH, help="Largest batch the search may try."),
+    timeout: Optional[float] = O_TIMEOUT,
+    runtime: RuntimeName = O_RUNTIME,
+    dataset: Dataset = O_DATASET,
+    data_dir: Optional[str] = O_DATA_DIR,
+    cudnn_benchmark: bool = O_CUDNN,
+    require_gpu_idle: bool = O_REQUIRE_IDLE,
+    idle_threshold: float = O_IDLE_THRESHOLD,
+    memory_limit: Optional[int] = O_MEMORY_LIMIT,
+    calibration_batch: int = typer.Option(16, help="Batch of the overhead-calibration candidate (GPU)."),
+    strategy: str = typer.Option("protocol", help=f"Search strategy: {', '.join(STRATEGIES)}."),
+    python: Optional[str] = O_PYTHON,
+    results_dir: Path = O_RESULTS_DIR,
+    resume: Optional[Path] = O_RESUME,
+    gpu_request: GpuRequestName = O_GPU_REQUEST,
+) -> None:
+    """Largest training batch that completes one ResNet-50 step, per engine and precision."""
+    console = Console(highlight=False)
+    s = launch.start("maxbatch", launch.given_flags(ctx), resume, timeout, gpu, results_dir, python,
+                     require_gpu_idle, idle_threshold,
+                     lambda: MaxbatchConfig.from_flags(engines, precision.value, device.value, vram_limit, reserve,
+                                                       start_batch, max_batch, timeout, runtime.value, dataset.value,
+                                                       data_dir, cudnn_benchmark, memory_limit, calibration_batch,
+                                                       strategy, gpu, gpu_request.value),
+                     gpu_request=gpu_request.value)
+    cfg: MaxbatchConfig = s.config
+    plan = RunPlan(engines=s.engines, precisions=list(cfg.run.precisions),
+                   base_request=launch.base_request("maxbatch", cfg.run, batch=1), search=cfg.search,
+                   strategy=cfg.strategy, timeout_s=cfg.run.timeout_s, budget=s.gpuctx.budget if s.gpuctx else None,
+                   calibration_batch=cfg.calibration_batch, watcher_factory=launch.watcher_factory(s.gpuctx))
+    runner = Runner(plan, s.rt, s.store, s.doc, launch.make_view(console, s))
+    doc, final = launch.execute(runner, s.store)
+    print_table(console, cfg.run.model, cfg.run.dataset, doc, final)
+    raise typer.Exit(EXIT_OK if all_have_capacity(doc) else EXIT_INCOMPLETE)

@@ -1,0 +1,74 @@
+"""Max-batch's typed configuration: built and checked once from the flags, written into the
+artifact's "configuration", and rebuilt from a partial's for `--resume` through the same checks."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
+
+from ...core.search import STRATEGIES, SearchConfig
+from ...errors import Fail
+from ...runconfig import COMMON_KEYS, INT, STR, RunConfig, check_counts, check_min_batch, engine_names
+
+DEFAULT_MAX_BATCH = 1 << 20
+
+
+@dataclass(frozen=True)
+class MaxbatchConfig:
+    run: RunConfig
+    start_batch: int
+    max_batch: int
+    calibration_batch: int
+    strategy: str
+
+    OWN_KEYS: ClassVar[dict[str, tuple[type, ...]]] = {"start_batch": INT, "max_batch": INT,
+                                                        "calibration_batch": INT, "strategy": STR}
+    # The recorded settings a resume must find exactly as a run with them would write them.
+    SETTINGS: ClassVar[tuple[str, ...]] = (*COMMON_KEYS, *OWN_KEYS, "seed", "ci_level")
+
+    @classmethod
+    def from_flags(cls, engines: str, precision: str, device: str, vram_limit: int | None, reserve: int,
+                   start_batch: int, max_batch: int, timeout: float | None, runtime: str, dataset: str,
+                   data_dir: str | None, cudnn_benchmark: bool, memory_limit: int | None,
+                   calibration_batch: int, strategy: str, gpu: str | None,
+                   gpu_request: str | None = None) -> MaxbatchConfig:
+        names = engine_names(engines)
+        check_min_batch("--start-batch", start_batch)
+        if max_batch <= 0:
+            raise Fail(f"--max-batch must be > 0 (got {max_batch})")
+        if max_batch < start_batch:
+            raise Fail(f"--max-batch {max_batch} is below --start-batch {start_batch}")
+        if calibration_batch <= 0:
+            raise Fail(f"--calibration-batch must be > 0 (got {calibration_batch})")
+        if strategy not in STRATEGIES:
+            raise Fail(f"unknown --strategy {strategy!r} (known: {', '.join(STRATEGIES)})")
+        check_counts(("--start-batch", start_batch), ("--max-batch", max_batch),
+                     ("--calibration-batch", calibration_batch))
+        run = RunConfig.from_flags(names, precision, device, gpu, vram_limit, reserve, timeout, runtime, dataset,
+                                   data_dir, cudnn_benchmark, memory_limit, gpu_request)
+        return cls(run, start_batch, max_batch, calibration_batch, strategy)
+
+    @classmethod
+    def from_json(cls, recorded: dict[str, Any]) -> MaxbatchConfig:
+        """The configuration a run with a partial's settings would have; Fail where no run could."""
+        flags = RunConfig.flags_of_json(recorded, cls.OWN_KEYS)
+        return cls.from_flags(start_batch=recorded["start_batch"], max_batch=recorded["max_batch"],
+                              calibration_batch=recorded["calibration_batch"], strategy=recorded["strategy"],
+                              **flags)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.run.json_head(), "start_batch": self.start_batch, "max_batch": self.max_batch,
+                "calibration_batch": self.calibration_batch, "strategy": self.strategy,
+                "steps": "one warm-up step, one measured step", **self.run.json_tail()}
+
+    def with_run(self, run: RunConfig) -> MaxbatchConfig:
+        return replace(self, run=run)
+
+    @property
+    def search(self) -> SearchConfig:
+        return SearchConfig(self.start_batch, self.max_batch, min_batch=self.run.min_batch)
+
+    def cell_problem(self, cell: dict[str, Any]) -> str | None:
+        """Why a partial's recorded cell is not one this search could have left, or None."""
+        from .run import replay_problem
+
+        return replay_problem(cell["trials"], self.search, self.strategy)

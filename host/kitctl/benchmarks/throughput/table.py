@@ -1,0 +1,108 @@
+"""Throughput's end-of-run table and ratios: one row per engine × precision of an artifact
+(`kitctl report`, `compare` and `results list` reuse them)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ...core.tables import Ratio, engine_label, pair_ratios
+
+
+@dataclass(frozen=True)
+class ThroughputRow:
+    engine: str
+    precision: str
+    batch: int | None
+    median: float | None
+    ci_low: float | None
+    ci_high: float | None
+    ci_level: float | None
+    runs: int
+    warmup_s: float | None
+    minimum: float | None = None
+    maximum: float | None = None
+    std: float | None = None
+    state: str = "done"
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
+
+
+def _median(xs: list[float]) -> float | None:
+    if not xs:
+        return None
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def throughput_rows(doc: dict[str, Any]) -> list[ThroughputRow]:
+    """One row per engine × precision of a throughput artifact: `runs[]` (images_per_second,
+    warmup_seconds) and `summary` (median, min, max, std, ci_low, ci_high, ci_level)."""
+    rows = []
+    default_batch = (doc.get("configuration") or {}).get("batch")
+    for c in doc["results"]:
+        runs = [r for r in c.get("runs") or [] if _num(r.get("images_per_second")) is not None]
+        ips = [float(r["images_per_second"]) for r in runs]
+        s = c.get("summary") or {}
+        failed = c.get("status") == "failed"  # a failed cell has no figure: never a median of its runs
+        if failed:
+            ips = []
+        median = _num(s.get("median"))
+        if median is None:
+            median = _median(ips)
+        warm = _num(c.get("warmup_seconds"))
+        if warm is None:
+            warm = _num(s.get("warmup_seconds"))
+        if warm is None:
+            warm = _median([float(r["warmup_seconds"]) for r in runs if _num(r.get("warmup_seconds")) is not None])
+        rows.append(ThroughputRow(
+            c["engine"], c["precision"], c.get("batch", default_batch), median,
+            _num(s.get("ci_low")), _num(s.get("ci_high")), _num(s.get("ci_level")), len(runs), warm,
+            _num(s.get("min")) if s.get("min") is not None else (min(ips) if ips else None),
+            _num(s.get("max")) if s.get("max") is not None else (max(ips) if ips else None),
+            _num(s.get("std")), c.get("state", "done")))
+    return rows
+
+
+def throughput_ratio_pairs(rows: list[ThroughputRow]) -> list[Ratio]:
+    items = [(r.engine, r.precision, r.median, False) for r in rows if r.median]
+    return pair_ratios(items, "faster")
+
+
+def print_table(console: Any, model: str, dataset: str, batch: int, doc: dict[str, Any], final: Any) -> None:
+    """The end-of-run table (rich): median and interval per cell, failures, ratios, the artifact."""
+    from rich.table import Table
+
+    t = Table(title=f"Training throughput — {model}, {dataset}, batch {batch:,}")
+    for col in ("Engine", "Precision", "images/s (median)", "±CI", "runs", "warm-up s"):
+        t.add_column(col, justify="left" if col in ("Engine", "Precision") else "right")
+    for r, c in zip(throughput_rows(doc), doc["results"]):
+        label = engine_label(r.engine)
+        if c.get("status") == "failed":
+            t.add_row(label, r.precision, "[red]FAILED[/red]", "—", str(len(c["runs"])), "—")
+            continue
+        ci = "—"
+        if r.median is not None and r.ci_low is not None and r.ci_high is not None:
+            level = f"{r.ci_level * 100:.2f}".rstrip("0").rstrip(".") + "%: " if r.ci_level else ""
+            ci = f"±{(r.ci_high - r.ci_low) / 2:,.1f} ({level}{r.ci_low:,.1f}–{r.ci_high:,.1f})"
+        t.add_row(label, r.precision, f"{r.median:,.1f}" if r.median is not None else "—", ci, str(r.runs),
+                  f"{r.warmup_s:.1f}" if r.warmup_s is not None else "—")
+    console.print(t)
+    for c in doc["results"]:
+        if c.get("status") == "failed":
+            console.print(f"FAILED {c['engine']} {c['precision']}: {c['reason']}")
+    for r in throughput_ratio_pairs(throughput_rows(doc)):
+        console.print(r.text())
+    methods = {(c.get("summary") or {}).get("ci_method") for c in doc["results"]} - {None}
+    for m in sorted(methods):
+        console.print(f"CI: {m}")
+    if final is not None:
+        console.print(f"artifact: {final}")
+
+
+def all_ok(doc: dict[str, Any]) -> bool:
+    """Every engine × precision has a summary (no run failed): exit 0, else 1."""
+    return all(c.get("status") == "ok" for c in doc["results"])

@@ -1,0 +1,459 @@
+"""A run's start, new or resumed, shared by every benchmark: the partial to continue (checked), the
+engines, the data, the GPU and its budget, the runtime, the artifact and its provenance; then the
+run itself and its ending (interrupted, disk full, runtime gone: one line, the partial kept).
+
+A benchmark's command calls `start(...)` with a function building its typed config from the flags,
+builds its runner from `Setup`, and hands it to `execute`.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+import typer
+from rich.console import Console
+
+from . import benchmarks
+from .core import artifact as art
+from .core import signals
+from .core.artifact import ArtifactError, ArtifactStore, ArtifactWriteError
+from .core.budget import Budget, BudgetError, make_budget
+from .core.datasets import DataError, resolve_cifar10
+from .core.engines import EngineError, parse_engines
+from .core.protocol import TrialRequest
+from .core.provenance import host_info, image_trial_code, kit_info, trial_code
+from .core.signals import Interrupted
+from .errors import EXIT_INTERRUPTED, EXIT_USAGE, Fail, err
+from .runconfig import RunConfig, check_idle_threshold, check_timeout
+from .runtimes.base import RuntimeUnavailable
+from .runtimes.runstate import sweep_local_orphans
+
+# What may accompany --resume: the rest is the partial's own configuration (README "Resume").
+RESUME_ACCEPTS = ("resume", "timeout", "gpu", "require_gpu_idle", "idle_threshold", "gpu_request")
+
+
+class BenchmarkConfig(Protocol):
+    """What launch needs of a benchmark's typed config (benchmarks/<name>/config.py)."""
+
+    SETTINGS: tuple[str, ...]
+
+    @property
+    def run(self) -> RunConfig: ...
+
+    def to_json(self) -> dict[str, Any]: ...
+
+    def with_run(self, run: RunConfig) -> Any: ...
+
+    def cell_problem(self, cell: dict[str, Any]) -> str | None: ...
+
+
+@dataclass
+class GpuContext:
+    nvml: Any
+    handle: Any
+    info: Any
+    budget: Budget
+
+
+def open_gpu(gpu: str | None, vram_limit: int | None, reserve: int, require_idle: bool,
+             idle_threshold: float) -> GpuContext:
+    from .core.gpu import GpuError, Nvml, check_idle
+
+    try:
+        nvml = Nvml()
+        index, handle = nvml.resolve(gpu)
+        info = nvml.info(index, handle)
+        budget = make_budget(info.total_mib, vram_limit, reserve)
+        if require_idle:
+            busy = check_idle(nvml, handle, idle_threshold)
+            if busy:
+                raise Fail(busy)
+    except (GpuError, BudgetError) as exc:
+        raise Fail(str(exc)) from None
+    return GpuContext(nvml, handle, info, budget)
+
+
+# What must match for a partial to continue on another GPU: the overheads calibrated on the first
+# card, and the search's verdicts so far, hold for a card of the same model, memory and driver.
+SAME_GPU_KEYS = ("name", "total_mib", "driver")
+
+
+def open_resumed_gpu(doc: dict[str, Any], gpu: str | None, run: RunConfig, require_idle: bool,
+                     idle_threshold: float) -> GpuContext:
+    """The partial's own GPU; or, with an explicit --gpu, another card of the same model, memory
+    and driver (a run moved to a twin machine), recorded in the resume entry."""
+    recorded = doc["host"].get("gpu") or {}
+    if gpu is None:
+        try:
+            return open_gpu(recorded.get("uuid"), run.vram_limit_mib, run.reserve_mib, require_idle, idle_threshold)
+        except Fail as exc:
+            raise Fail(f"{exc}; the partial ran there — to continue on another {recorded.get('name', 'GPU')} "
+                       "with the same memory and driver, pass --gpu") from None
+    ctx = open_gpu(gpu, run.vram_limit_mib, run.reserve_mib, require_idle, idle_threshold)
+    here = ctx.info.to_json()
+    if here.get("uuid") != recorded.get("uuid"):
+        differ = [f"{k} {recorded.get(k)!r} → {here.get(k)!r}" for k in SAME_GPU_KEYS
+                  if recorded.get(k) != here.get(k)]
+        if differ:
+            raise Fail("--resume --gpu: not the same kind of card as the partial's ("
+                       + ", ".join(differ) + "); start a new run instead")
+        doc["resumes"][-1]["gpu"] = here
+    return ctx
+
+
+def make_runtime(name: str, engines: list, device: str, gpu_uuid: str | None, run_id: str,
+                 memory_limit: int | None, data_dir: str | None, python: str | None, notes: list[str],
+                 gpu_request: str = "auto", images: dict[str, str] | None = None):
+    """The runtime the run uses; `notes` collects what the user should know (fallback, sweep).
+    `images` (a resume) pins each engine's Docker image by id."""
+    from .runtimes.local import LocalRuntime
+
+    if name in ("auto", "docker"):
+        try:
+            from .runtimes import docker as dockerrt
+        except ImportError as exc:
+            if name == "docker":
+                raise Fail(f"--runtime docker needs the Docker SDK: pip install docker ({exc})") from None
+            dockerrt = None
+        if dockerrt is not None:
+            fallback: list[str] = []
+            try:
+                rt = dockerrt.from_cli(engines=engines, device=device, gpu_uuid=gpu_uuid, run_id=run_id,
+                                       memory_limit_mib=memory_limit, data_dir=data_dir,
+                                       required=(name == "docker"), fallback=fallback,
+                                       gpu_request=gpu_request, images=images)
+            except RuntimeUnavailable as exc:
+                raise Fail(str(exc)) from None
+            if rt is not None:
+                if rt.swept:
+                    notes.append(f"removed {len(rt.swept)} orphaned kit container(s): {', '.join(rt.swept)}")
+                return rt
+            notes.extend(f"--runtime auto: using local ({why})" for why in fallback)
+    try:
+        LocalRuntime.check(engines)
+    except RuntimeUnavailable as exc:
+        raise Fail(str(exc)) from None
+    return LocalRuntime(gpu_uuid=gpu_uuid, python=python, memory_limit_mib=memory_limit, run_id=run_id)
+
+
+@dataclass
+class Setup:
+    store: ArtifactStore
+    doc: dict[str, Any]
+    engines: list
+    gpuctx: GpuContext | None
+    rt: Any
+    notes: list[str]
+    config: Any  # the benchmark's typed config, as the run uses it (the data folder resolved)
+
+
+def given_flags(ctx: typer.Context) -> list[tuple[str, str]]:
+    """(parameter, flag as typed) of every option given on the command line or from the environment."""
+    out = []
+    for p in ctx.command.params:
+        src = ctx.get_parameter_source(p.name) if p.name else None
+        if src is not None and src.name not in ("DEFAULT", "DEFAULT_MAP"):
+            out.append((p.name, max(p.opts, key=len) if p.opts else p.name))
+    return out
+
+
+def refuse_beside_resume(given: list[tuple[str, str]]) -> None:
+    """A resume continues the partial's configuration: a flag that would change it is refused,
+    never silently ignored."""
+    extra = [flag for name, flag in given if name not in RESUME_ACCEPTS]
+    if extra:
+        accepted = ", ".join("--" + n.replace("_", "-") for n in RESUME_ACCEPTS if n != "resume")
+        raise Fail(f"--resume continues the partial's own configuration: {', '.join(extra)} cannot apply "
+                   f"(beside --resume only {accepted})")
+
+
+def open_resume(resume: Path, timeout: float | None) -> tuple[ArtifactStore, dict[str, Any], dict[str, Any]]:
+    """A partial to continue, locked, and the configuration it continues with: its own, except a new
+    --timeout; the resume is recorded."""
+    if timeout is not None:
+        check_timeout(timeout)
+    store, doc = art.open_for_resume(resume)
+    doc.setdefault("resumes", []).append({"argv": sys.argv, "utc": art.utc_iso()})
+    recorded = doc["configuration"]
+    return store, doc, recorded if timeout is None else {**recorded, "timeout_s": timeout}
+
+
+def gpu_request_kind(doc: dict[str, Any] | None, configured: str | None, flag: str) -> str:
+    """--gpu-request for a new run; a resumed one keeps the kind its partial recorded (an explicit,
+    different flag is refused), so every candidate of a run attaches the GPU the same way."""
+    if doc is None:
+        return flag
+    recorded = (doc.get("runtime") or {}).get("gpu_request")
+    if recorded and flag != "auto" and flag != recorded:
+        raise Fail(f"--resume: the partial attached its GPU by {recorded}, not --gpu-request {flag}; "
+                   f"resume with --gpu-request {recorded} (or auto)")
+    return recorded or (flag if flag != "auto" else configured or "auto")
+
+
+def check_resumed(benchmark: str, doc: dict[str, Any], recorded: dict[str, Any] | None = None) -> Any:
+    """Refuse a partial that no run of this kitctl could have left: its settings (types and ranges,
+    as a new run's flags), and every recorded cell replayed through the benchmark (its search, its
+    run count). Finished cells are then re-derived by the runner, never trusted. Returns the typed
+    config the resume continues with (`recorded`: the partial's configuration with a new --timeout)."""
+    if doc.get("benchmark") != benchmark:
+        raise Fail(f"--resume: that artifact is a {doc.get('benchmark')} run, not {benchmark}")
+    recorded = doc["configuration"] if recorded is None else recorded
+    config_type = benchmarks.get(benchmark).config  # type: ignore[union-attr]  (the command's own)
+    try:
+        config = config_type.from_json(recorded)
+    except (Fail, EngineError) as exc:
+        raise Fail(f"--resume: the partial's configuration is not one kitctl runs ({exc}); start a new run") from None
+    rebuilt = config.to_json()
+    changed = [k for k in config.SETTINGS if k in rebuilt and k in recorded and recorded[k] != rebuilt[k]]
+    if changed:
+        raise Fail(f"--resume: the partial's configuration is not one kitctl writes ({', '.join(changed)}); "
+                   "start a new run")
+    seen: set[tuple[str, str]] = set()
+    for cell in doc["results"]:
+        key = (cell["engine"], cell["precision"])
+        where = f"--resume: the partial's cell {key[0]} {key[1]}"
+        if key[0] not in config.run.engines or key[1] not in config.run.precisions or key in seen:
+            raise Fail(f"{where} is not one its configuration runs (or is there twice); start a new run")
+        seen.add(key)
+        try:
+            why = config.cell_problem(cell)
+        except (KeyError, TypeError, ValueError) as exc:
+            why = f"a recorded candidate cannot be read ({type(exc).__name__}: {exc})"
+        if why:
+            raise Fail(f"{where}: {why}; the partial was edited or damaged — start a new run")
+    return config
+
+
+def resume_stack(doc: dict[str, Any], engines: list) -> tuple[str, dict[str, str] | None, str | None]:
+    """The runtime, the images (by id) and the interpreter the partial's run started with: a resume
+    continues on exactly that software, or is refused."""
+    name = doc["runtime"].get("name")
+    prov = {e.name: doc["engines"].get(e.name, {}).get("provenance") or {} for e in engines}
+    if name == "docker":
+        images = {}
+        for e, p in prov.items():
+            if not isinstance(p.get("id"), str) or not p["id"]:
+                raise Fail(f"--resume: the partial does not record the image engine {e} ran in "
+                           f"(engines.{e}.provenance.id); start a new run")
+            images[e] = p["id"]
+        return name, images, None
+    python = None
+    for e in engines:
+        if not e.native:
+            python = prov[e.name].get("interpreter")
+            if not isinstance(python, str) or not (os.path.isfile(python) and os.access(python, os.X_OK)):
+                raise Fail(f"--resume: the partial ran engine {e.name} with the interpreter {python!r}, which is "
+                           "not an executable here; a resume continues with it: start a new run")
+    return name, None, python
+
+
+def check_same_stack(doc: dict[str, Any], rt: Any, engines: list) -> None:
+    """What the runtime would run now is what the partial's provenance records (image id, interpreter,
+    trial, compiled trial's build)."""
+    keys = ("id",) if rt.name == "docker" else ("interpreter", "trial", "build_info")
+    for e in engines:
+        old = doc["engines"][e.name].get("provenance") or {}
+        new = rt.describe(e.name)
+        for k in keys:
+            if k in old and old[k] != new.get(k):
+                raise Fail(f"--resume: engine {e.name} would now run with {k} {new.get(k)!r}, the partial ran "
+                           f"{old[k]!r}; a resume continues on the software it started with: start a new run")
+
+
+def prepare(benchmark: str, config: Any, doc: dict[str, Any] | None, store: ArtifactStore | None,
+            results_dir: Path, python: str | None, require_gpu_idle: bool, idle_threshold: float,
+            resume_gpu: str | None = None, gpu_request: str = "auto") -> Setup:
+    """Engines refused or not, data, GPU, runtime, the artifact and its provenance (every benchmark).
+    Raises Fail and friends: the caller turns them into one line, exit 2. Writes nothing: a new
+    run's partial appears at its first save."""
+    if doc is not None and doc.get("benchmark") != benchmark:
+        raise Fail(f"--resume: that artifact is a {doc.get('benchmark')} run, not {benchmark}")
+    run: RunConfig = config.run
+    plan_engines = parse_engines(",".join(run.engines))
+    for e in plan_engines:
+        why = e.refuse(benchmark, run.device)
+        if why:
+            raise Fail(why)
+    if store is None:
+        store = ArtifactStore.pending(results_dir, benchmark, run.model, run.dataset)
+    if run.dataset == "cifar10":
+        run = replace(run, data_dir=str(resolve_cifar10(run.data_dir)))
+        config = config.with_run(run)
+
+    # Before the GPU's idle check: an orphaned local trial's memory is not idle.
+    notes: list[str] = [f"killed an orphaned local trial: {o}" for o in sweep_local_orphans()]
+    gpuctx = None
+    if run.device == "cuda":
+        if doc is None:
+            gpuctx = open_gpu(run.gpu, run.vram_limit_mib, run.reserve_mib, require_gpu_idle, idle_threshold)
+        else:
+            gpuctx = open_resumed_gpu(doc, resume_gpu, run, require_gpu_idle, idle_threshold)
+    run_id = doc["run_id"] if doc else uuid.uuid4().hex[:12]
+    gpu_uuid = gpuctx.info.uuid if gpuctx else None
+    request_kind = gpu_request_kind(doc, run.gpu_request, gpu_request)
+    if doc is not None:  # the software the run started on, or a refusal
+        doc["configuration"] = run.resumed_json(doc["configuration"])
+        name, images, python = resume_stack(doc, plan_engines)
+        rt = make_runtime(name, plan_engines, run.device, gpu_uuid, run_id, run.memory_limit_mib, run.data_dir,
+                          python, notes, request_kind, images=images)
+        try:
+            check_same_stack(doc, rt, plan_engines)
+        except BaseException:
+            rt.close()
+            raise
+        return Setup(store, doc, plan_engines, gpuctx, rt, notes, config)
+
+    rt = make_runtime(run.runtime, plan_engines, run.device, gpu_uuid, run_id, run.memory_limit_mib, run.data_dir,
+                      python, notes, request_kind)
+    doc = new_doc(run_id, config, gpuctx, rt, plan_engines, benchmark)
+    if rt.name == "docker":
+        doc["host"]["docker_version"] = rt.describe(plan_engines[0].name).get("docker_version")
+    doc["runtime"] = {"name": rt.name, **{k: v for k, v in rt.describe(plan_engines[0].name).items()
+                                          if k != "runtime"}}
+    for e in plan_engines:
+        doc["engines"][e.name]["provenance"] = {**rt.describe(e.name), "code": _trial_code(rt, e.name)}
+    return Setup(store, doc, plan_engines, gpuctx, rt, notes, config)
+
+
+def _trial_code(rt: Any, engine: str) -> dict[str, Any] | None:
+    """The content hash of the trial that runs: the checkout's (local) or the image's (Docker)."""
+    if rt.name != "docker":
+        return trial_code(engine).to_json()
+    try:
+        code = image_trial_code(rt.client, rt.image_for(engine), engine)
+    except Exception as exc:  # provenance is recorded, not required: the image id still says it
+        why = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        err.print(f"kitctl: note: cannot hash the trial in {rt.image_for(engine)}: {why}")
+        return None
+    return code.to_json() if code else None
+
+
+def _resolve_python(python: str | None) -> str | None:
+    """--python as an absolute path to an executable file (a name is looked up on PATH)."""
+    if python is None:
+        return None
+    found = shutil.which(python)
+    if found is None:
+        raise Fail(f"--python {python}: no such executable file")
+    return os.path.abspath(found)
+
+
+def start(benchmark: str, given: list[tuple[str, str]], resume: Path | None, timeout: float | None,
+          gpu: str | None, results_dir: Path, python: str | None, require_gpu_idle: bool, idle_threshold: float,
+          new_config: Callable[[], Any], gpu_request: str = "auto") -> Setup:
+    """A run command's start, new or resumed; bad input is one line and exit 2, nothing written."""
+    store: ArtifactStore | None = None
+    ready = False
+    try:
+        signals.check()
+        check_idle_threshold(idle_threshold)
+        if resume is not None:
+            refuse_beside_resume(given)
+            store, doc, recorded = open_resume(resume, timeout)  # holds the partial's lock from here
+            config = check_resumed(benchmark, doc, recorded)
+        else:
+            python = _resolve_python(python)
+            doc, config = None, new_config()
+        s = prepare(benchmark, config, doc, store, results_dir, python, require_gpu_idle, idle_threshold,
+                    resume_gpu=gpu, gpu_request=gpu_request)
+        ready = True
+    except Interrupted as exc:
+        signals.stop_interrupting()
+        err.print(f"kitctl: interrupted ({exc}) before the run started; nothing written")
+        raise typer.Exit(EXIT_INTERRUPTED)
+    except (Fail, EngineError, DataError, ArtifactError, BudgetError, ValueError) as exc:
+        err.print(f"kitctl: {exc}")
+        raise typer.Exit(EXIT_USAGE)
+    finally:
+        if not ready and store is not None:
+            store.release()
+    return s
+
+
+def base_request(benchmark: str, run: RunConfig, **kw: Any) -> TrialRequest:
+    """The request every candidate of the run starts from (engine, mode, batch and precision vary)."""
+    return TrialRequest(engine="", mode="", benchmark=benchmark, precision="fp32", device=run.device,
+                        model=run.model, dataset=run.dataset, data_dir=run.data_dir,
+                        cudnn_benchmark=run.cudnn_benchmark, seed=run.seed, **kw)
+
+
+def watcher_factory(gpuctx: GpuContext | None):
+    if gpuctx is None:
+        return None
+    from .core.sampler import NvmlSampler
+
+    def factory(budget_mib: float | None, _g=gpuctx):
+        return NvmlSampler(_g.nvml, _g.handle, budget_mib)
+    return factory
+
+
+def make_view(console: Console, s: Setup):
+    from .view import make_view as _view
+
+    view = _view(console)
+    for n in s.notes:
+        view.note(n)
+    view.note(f"run {s.doc['run_id']} ({s.rt.name} runtime)")
+    return view
+
+
+def _kept(store: ArtifactStore, when: str = "") -> str:
+    """What is left on disk, for the one line that ends a run early."""
+    if store.claimed and store.partial.exists():
+        return f"partial artifact kept: {store.partial} (continue with --resume {store.partial}{when})"
+    return "nothing written"
+
+
+def execute(runner: Any, store: ArtifactStore) -> tuple[dict[str, Any], Path]:
+    """Run it and write the final artifact; interruptions, a full disk and a vanished runtime become
+    one line and their exit codes (the partial kept, resumable). The partial's lock is released."""
+    view = runner.view
+    try:
+        doc = runner.run()
+        with signals.critical():
+            final = store.finalize(doc)
+            signals.stop_interrupting()  # the result is whole: a signal now changes nothing
+    except Interrupted as exc:
+        signals.stop_interrupting()
+        view.close()
+        err.print(f"kitctl: interrupted ({exc}); {_kept(store)}")
+        raise typer.Exit(EXIT_INTERRUPTED)
+    except ArtifactWriteError as exc:
+        view.close()
+        err.print(f"kitctl: {exc}; {_kept(store, ' once it can be written')}")
+        raise typer.Exit(EXIT_USAGE)
+    except ArtifactError as exc:
+        view.close()
+        err.print(f"kitctl: {exc}")
+        raise typer.Exit(EXIT_USAGE)
+    except RuntimeUnavailable as exc:
+        view.close()
+        err.print(f"kitctl: {exc}; {_kept(store)}")
+        raise typer.Exit(EXIT_USAGE)
+    finally:
+        store.release()
+    view.close()
+    return doc, final
+
+
+def new_doc(run_id: str, config: Any, gpuctx: GpuContext | None, rt: Any, engines: list,
+            benchmark: str = "maxbatch") -> dict[str, Any]:
+    host = host_info()
+    if gpuctx is not None:
+        host["gpu"] = gpuctx.info.to_json()
+    now = art.utc_iso()
+    return {
+        "schema_version": art.SCHEMA_VERSION, "kind": "kitctl-artifact", "benchmark": benchmark,
+        "run_id": run_id, "state": "running", "created_utc": now, "updated_utc": now, "finished_utc": None,
+        "kit": kit_info(), "argv": sys.argv, "host": host, "runtime": {"name": rt.name},
+        "configuration": config.to_json(), "budget": gpuctx.budget.to_json() if gpuctx else None,
+        "engines": {e.name: {"label": e.label, "mode": e.mode, "framework_cap": e.framework_cap,
+                             "provenance": {}, "versions": None} for e in engines},
+        "results": [],
+    }

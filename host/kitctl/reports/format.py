@@ -1,0 +1,44 @@
+"""Markdown cell formatting shared by the report shell and every benchmark's report section."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+
+def cell(x: Any) -> str:
+    return str(x).replace("|", "\\|").replace("\n", " ")
+
+
+def table(headers: list[str], rows: list[list[Any]], right: set[int] | None = None) -> list[str]:
+    right = right or set()
+    out = ["| " + " | ".join(headers) + " |",
+           "| " + " | ".join("---:" if i in right else "---" for i in range(len(headers))) + " |"]
+    out += ["| " + " | ".join(cell(c) for c in r) + " |" for r in rows]
+    return out
+
+
+def fmt_int(x: Any) -> str:
+    return f"{x:,}" if isinstance(x, int) and not isinstance(x, bool) else "—"
+
+
+def is_num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def mib(x: float | None, digits: int = 0) -> str:
+    return "—" if x is None else f"{num(x, digits)} MiB"
+
+
+def num(x: Any, digits: int = 0) -> str:
+    """A number with thousands separators; a value the schema lets through that is not a number
+    (an older or hand-edited artifact) is shown as written, never a crash."""
+    if x is None:
+        return "—"
+    return f"{x:,.{digits}f}" if is_num(x) else repr(x)
+
+
+def join(items: list[str]) -> str:
+    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else (items[0] if items else "")
+
+
+def heading(level: int) -> Callable[[str], str]:
+    return lambda text: "#" * level + " " + text
