@@ -4,9 +4,8 @@
 # then opennn-graph throughput through Docker, fp32 and bf16, 6 runs each (time permitting).
 # Carry [".gpu-docker", ".whl"] with .gpu-docker/opennn-src.tar.xz (tar -C .opennn-src -cJf ... .).
 set -u
-cd "$(dirname "$0")/../.."; . tools/device-calls/lib.sh
 LIMIT=${CALL_LIMIT_S:-570}
-left() { echo $(( LIMIT - SECONDS )); }
+cd "$(dirname "$0")/../.."; . tools/device-calls/lib.sh
 say setup; bash tools/device-docker-setup.sh opennn >$OUT/setup4.log 2>&1 || { tail -40 $OUT/setup4.log; echo SETUP FAILED; exit 1; }
 grep -E '^step |imported|device-docker-setup: (ready|dockerd)' $OUT/setup4.log
 export KITCTL_IMAGE_VARIANT=host-userland

@@ -4,9 +4,8 @@
 # 6 runs each, and one local opennn-graph run to repeat the CUDA-graph audit outside Docker.
 # Carry [".opennn-src", ".whl"].
 set -u
-cd "$(dirname "$0")/../.."; . tools/device-calls/lib.sh
 LIMIT=${CALL_LIMIT_S:-575}
-left() { echo $(( LIMIT - SECONDS )); }
+cd "$(dirname "$0")/../.."; . tools/device-calls/lib.sh
 say "build OpenNN"; tools/device-opennn-build.sh >$OUT/opennn-build5.log 2>&1 || { tail -30 $OUT/opennn-build5.log; echo BUILD FAILED; exit 1; }
 tail -3 $OUT/opennn-build5.log; cp build/opennn/share/kit-opennn/build-info.json $OUT/opennn-build-info5.json
 say "opennn-resident throughput local both precisions, 6 runs (left $(left) s)"

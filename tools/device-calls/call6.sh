@@ -7,9 +7,8 @@
 # it shortens the warm-up of runs 2..6 (compilation is outside the timed window either way).
 # Carry [".whl"].
 set -u
-cd "$(dirname "$0")/../.."; . tools/device-calls/lib.sh
 LIMIT=${CALL_LIMIT_S:-580}
-left() { echo $(( LIMIT - SECONDS )); }
+cd "$(dirname "$0")/../.."; . tools/device-calls/lib.sh
 say "compare_cudagraph (left $(left) s)"
 timeout -s INT 220 python3 tools/compare_cudagraph.py --out $OUT/compare-cudagraph-h200.json --variants eager,kit,legacy,plain --cudnn-benchmark on --precision fp32,bf16 2>&1 | tail -40; echo "rc=${PIPESTATUS[0]}"
 tp() { # ENGINE

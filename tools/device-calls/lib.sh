@@ -9,3 +9,5 @@ gpu_used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | 
 kit_containers() { PYTHONPATH=/tmp/site python3 -c 'import docker; c=docker.from_env(); l=c.containers.list(all=True, filters={"label":"kit.run-id"}); print(len(l), [x.name+":"+x.status for x in l])'; }
 newest_partial() { ls -t results/*.partial.json 2>/dev/null | head -1; }
 save() { for f in "$@"; do [ -f "$f" ] && cp "$f" "$OUT/" && echo "saved $f"; done; }
+# Seconds left of the call's own limit (LIMIT, set by the call script before sourcing; default 575).
+left() { echo $(( ${LIMIT:-575} - SECONDS )); }
