@@ -320,3 +320,22 @@ def test_a_memory_limit_that_cannot_hold_the_batch_is_oom():
     assert out.exit_code == 1 and out.signal is None  # reported, not a crash
     assert out.result["engine"] == "jax-xla" and out.result["loss_warmup"] is None
     assert "RESOURCE_EXHAUSTED" in out.error and "memory" in out.error.lower()
+
+
+def test_framework_peak_is_the_pool_the_budget_caps():
+    """XLA's memory stats as the H200 reported them (calibration at batch 16 without a budget,
+    results/maxbatch-resnet50-synthetic-20261201T102817Z.partial.json): the framework peak the host
+    subtracts from the device delta is the BFC pool (what XLA's fraction caps, like torch's reserved
+    memory), so the overhead is the delta minus the pool, not minus the bytes in use."""
+    train = _load("kit_jax_train", ROOT / "trials/jax/jax_train.py")
+    mib = 1024 * 1024
+    stats = {"peak_bytes_in_use": int(4984.3 * mib), "bytes_in_use": 0,
+             "peak_pool_bytes": 10238 * mib, "bytes_limit": 107368 * mib}
+    peaks = train.device_peaks(stats)
+    assert peaks["framework_peak_mib"] == 10238.0
+    assert peaks["framework_in_use_peak_mib"] == 4984.3
+    assert (peaks["framework_limit_mib"], peaks["framework_current_mib"]) == (107368.0, 0.0)
+    assert round(10886.8 - peaks["framework_peak_mib"], 1) == 648.8  # the calibrated overhead now
+    # Without a pool figure the in-use peak is what there is.
+    assert train.device_peaks({"peak_bytes_in_use": 5 * mib})["framework_peak_mib"] == 5.0
+    assert train.device_peaks({}) == {}

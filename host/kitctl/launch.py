@@ -253,17 +253,46 @@ def resume_stack(doc: dict[str, Any], engines: list) -> tuple[str, dict[str, str
     return name, None, python
 
 
+# What a build records about itself but that does not make it other software: when and how long it
+# built, and which kit commit ran the build script (the trial's own sources are kit.trial_code, kept).
+_BUILD_CIRCUMSTANCES = ("built_at", "stage_seconds", "total_seconds")
+_BUILD_KIT_CIRCUMSTANCES = ("git_commit", "git_dirty", "git_source")
+
+
+def build_identity(info: Any) -> Any:
+    """A compiled trial's build_info without the circumstances of the build: two builds of the same
+    sources with the same tools on twin machines are the same software (a resume may continue there)."""
+    if not isinstance(info, dict):
+        return info
+    ident = {k: v for k, v in info.items() if k not in _BUILD_CIRCUMSTANCES}
+    if isinstance(ident.get("kit"), dict):
+        ident["kit"] = {k: v for k, v in ident["kit"].items() if k not in _BUILD_KIT_CIRCUMSTANCES}
+    return ident
+
+
+def _differences(old: Any, new: Any) -> str:
+    if isinstance(old, dict) and isinstance(new, dict):
+        keys = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+        return ", ".join(f"{k} {old.get(k)!r} → {new.get(k)!r}" for k in keys)
+    return f"{old!r} → {new!r}"
+
+
 def check_same_stack(doc: dict[str, Any], rt: Any, engines: list) -> None:
     """What the runtime would run now is what the partial's provenance records (image id, interpreter,
-    trial, compiled trial's build)."""
+    trial, compiled trial's build — the build compared by its identity, not by when it was made)."""
     keys = ("id",) if rt.name == "docker" else ("interpreter", "trial", "build_info")
     for e in engines:
         old = doc["engines"][e.name].get("provenance") or {}
         new = rt.describe(e.name)
         for k in keys:
-            if k in old and old[k] != new.get(k):
-                raise Fail(f"--resume: engine {e.name} would now run with {k} {new.get(k)!r}, the partial ran "
-                           f"{old[k]!r}; a resume continues on the software it started with: start a new run")
+            if k not in old:
+                continue
+            was, now = old[k], new.get(k)
+            if k == "build_info":
+                was, now = build_identity(was), build_identity(now)
+            if was != now:
+                raise Fail(f"--resume: engine {e.name} would now run with another {k} ({_differences(was, now)}); "
+                           "a resume continues on the software it started with: start a new run")
 
 
 def prepare(benchmark: str, config: Any, doc: dict[str, Any] | None, store: ArtifactStore | None,

@@ -198,6 +198,29 @@ def _train(args, result: dict, device) -> None:
     kittrial.record_steps(result, args, warmup_seconds, window, n_steps, loss_warmup, loss_final)
 
 
+def device_peaks(stats: dict) -> dict:
+    """The result's framework fields from XLA's device memory stats.
+
+    framework_peak_mib is what the budget caps, as torch's max_memory_reserved is for PyTorch: the
+    BFC allocator's pool (memory it took from the device), not its bytes in use. The host's
+    calibration takes overhead = device delta − framework peak, and XLA's fraction caps the pool;
+    with in-use bytes the pool's free part counted as overhead (H200, batch 16 without a budget:
+    pool 10,238 MiB, in use 4,984, delta 10,887 → 5,903 MiB "overhead" instead of 649), and every
+    later candidate got 5 GiB less than its budget. The in-use peak stays recorded beside it."""
+    peaks = {}
+    for key, out in (("peak_bytes_in_use", "framework_in_use_peak_mib"),
+                     ("bytes_in_use", "framework_current_mib"),
+                     ("peak_pool_bytes", "framework_pool_peak_mib"),
+                     ("bytes_limit", "framework_limit_mib")):
+        if stats.get(key) is not None:
+            peaks[out] = round(stats[key] / MIB, 1)
+    # Some PJRT builds report no pool: then the in-use peak is the best there is.
+    peak = peaks.get("framework_pool_peak_mib", peaks.get("framework_in_use_peak_mib"))
+    if peak is not None:
+        peaks["framework_peak_mib"] = peak
+    return peaks
+
+
 def _record_peaks(result: dict, device) -> None:
     """Peaks are reported on every outcome, OOM included; never mask the real error."""
     try:
@@ -205,15 +228,6 @@ def _record_peaks(result: dict, device) -> None:
         result["host_peak_rss_mib"] = round(
             resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
         if device.platform == "gpu":
-            stats = device.memory_stats() or {}
-            # The BFC allocator's own peak of bytes in use (with a budget it preallocated the
-            # whole fraction, so its pool says nothing about the step).
-            if (peak := stats.get("peak_bytes_in_use")) is not None:
-                result["framework_peak_mib"] = round(peak / MIB, 1)
-            for key, out in (("bytes_in_use", "framework_current_mib"),
-                             ("peak_pool_bytes", "framework_pool_peak_mib"),
-                             ("bytes_limit", "framework_limit_mib")):
-                if stats.get(key) is not None:
-                    result[out] = round(stats[key] / MIB, 1)
+            result.update(device_peaks(device.memory_stats() or {}))
     except Exception:  # noqa: BLE001 - a broken device context must not hide the cause
         pass
