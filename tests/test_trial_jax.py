@@ -210,7 +210,8 @@ def test_budget_becomes_xla_memory_settings(monkeypatch):
     trial.configure_xla_env(_args(memory_budget_mib=4096), s, lambda: total)
     assert os.environ["JAX_PLATFORMS"] == "cuda"
     assert os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.250000"
-    assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "true"
+    # Not preallocated: a pool of the whole budget plus XLA's memory outside it went past the gate.
+    assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
     assert os.environ["XLA_PYTHON_CLIENT_ALLOCATOR"] == "bfc"
     assert "XLA_CLIENT_MEM_FRACTION" not in os.environ
     assert s["memory_fraction"] == 0.25 and s["device_total_mib"] == 16384

@@ -71,10 +71,15 @@ def configure_xla_env(args, settings: dict, total_bytes=cuda_total_bytes) -> Non
     and record every value in settings.
 
     cpu: JAX_PLATFORMS=cpu; the host limits memory. cuda: JAX_PLATFORMS=cuda (no silent CPU
-    fallback). With a budget M: the BFC allocator, preallocated, limited to fraction M / total
-    of the device, so XLA fails with RESOURCE_EXHAUSTED past M (jax_train checks the limit XLA
-    reports). Without a budget: preallocation off, so XLA takes memory as it needs it and the
-    host's NVML readings show real use (XLA then caps itself at its default fraction).
+    fallback). With a budget M: the BFC allocator limited to fraction M / total of the device, so
+    XLA fails with RESOURCE_EXHAUSTED past M (jax_train checks the limit XLA reports), and NOT
+    preallocated: the pool grows as the step needs it, as PyTorch's caching allocator does. A
+    preallocated pool of M plus XLA's memory outside it (CUDA context, compilation and autotuning
+    scratch) passed the host's gate at B = M + overhead only while the overhead stayed what the
+    calibration measured; on the H200 every candidate that compiled afresh went past it (2026-12-01,
+    results/logs/h200-call10-jax-maxbatch.log), even batch 17. The fraction is the cap with or
+    without preallocation (XLA reports it as bytes_limit: 0.75 of the card by default).
+    Without a budget: preallocation off too, so the host's NVML readings show real use.
     """
     os.environ["JAX_PLATFORMS"] = "cpu" if args.device == "cpu" else "cuda"
     xla = {"JAX_PLATFORMS": os.environ["JAX_PLATFORMS"]}
@@ -90,13 +95,13 @@ def configure_xla_env(args, settings: dict, total_bytes=cuda_total_bytes) -> Non
         return
     total = total_bytes()
     fraction = min(1.0, args.memory_budget_mib * MIB / total)
-    os.environ[PREALLOCATE_ENV] = "true"
+    os.environ[PREALLOCATE_ENV] = "false"
     os.environ[ALLOCATOR_ENV] = "bfc"
     os.environ[FRACTION_ENV] = f"{fraction:.6f}"
-    xla.update({PREALLOCATE_ENV: "true", ALLOCATOR_ENV: "bfc", FRACTION_ENV: os.environ[FRACTION_ENV]})
+    xla.update({PREALLOCATE_ENV: "false", ALLOCATOR_ENV: "bfc", FRACTION_ENV: os.environ[FRACTION_ENV]})
     settings.update(xla_env=xla, device_total_mib=round(total / MIB, 1),
                     memory_fraction=float(os.environ[FRACTION_ENV]),
-                    memory_budget_enforced=f"yes: {FRACTION_ENV} (BFC allocator, preallocated)")
+                    memory_budget_enforced=f"yes: {FRACTION_ENV} (BFC allocator's limit, grown on demand)")
 
 
 def _body(args, result: dict) -> None:
