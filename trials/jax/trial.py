@@ -46,6 +46,9 @@ JAX_OOM_MARKERS = kittrial.OOM_MARKERS + (
 # are set, so the trial sets the old one (read by jaxlib 0.10 and 0.11) and drops the new one.
 FRACTION_ENV, FRACTION_ENV_NEW = "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION"
 PREALLOCATE_ENV, ALLOCATOR_ENV = "XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_ALLOCATOR"
+# The preallocated pool stays this far under the budget: XLA's memory outside the pool varies by a
+# few MiB between candidates and differs from the no-budget calibration's (configure_xla_env).
+POOL_SLACK_MIB = 64
 
 
 def cuda_total_bytes() -> int:
@@ -71,15 +74,15 @@ def configure_xla_env(args, settings: dict, total_bytes=cuda_total_bytes) -> Non
     and record every value in settings.
 
     cpu: JAX_PLATFORMS=cpu; the host limits memory. cuda: JAX_PLATFORMS=cuda (no silent CPU
-    fallback). With a budget M: the BFC allocator limited to fraction M / total of the device, so
-    XLA fails with RESOURCE_EXHAUSTED past M (jax_train checks the limit XLA reports), and NOT
-    preallocated: the pool grows as the step needs it, as PyTorch's caching allocator does. A
-    preallocated pool of M plus XLA's memory outside it (CUDA context, compilation and autotuning
-    scratch) passed the host's gate at B = M + overhead only while the overhead stayed what the
-    calibration measured; on the H200 every candidate that compiled afresh went past it (2026-12-01,
-    results/logs/h200-call10-jax-maxbatch.log), even batch 17. The fraction is the cap with or
-    without preallocation (XLA reports it as bytes_limit: 0.75 of the card by default).
-    Without a budget: preallocation off too, so the host's NVML readings show real use.
+    fallback). With a budget M: the BFC allocator, preallocated, limited to fraction
+    (M − POOL_SLACK_MIB) / total of the device, so XLA fails with RESOURCE_EXHAUSTED past it
+    (jax_train checks the limit XLA reports). Preallocated because a pool grown on demand fragments:
+    on the H200 (2026-12-01, results/logs/h200-call11-jax-maxbatch-nopreallocate.log) it failed at
+    batch 6,144 where a preallocated pool a third smaller had passed 8,704. The slack: the host
+    calibrates the memory XLA keeps outside its pool without a budget (no preallocation: 649 MiB
+    there), and with a preallocated pool that memory was 640–659 MiB over 13 candidates (call 9);
+    a pool of exactly M left the candidates 1–4 MiB over the gate (call 10). Without a budget:
+    preallocation off, so the host's NVML readings show real use.
     """
     os.environ["JAX_PLATFORMS"] = "cpu" if args.device == "cpu" else "cuda"
     xla = {"JAX_PLATFORMS": os.environ["JAX_PLATFORMS"]}
@@ -94,14 +97,16 @@ def configure_xla_env(args, settings: dict, total_bytes=cuda_total_bytes) -> Non
         settings.update(xla_env=xla, memory_budget_enforced="no budget given (preallocation off)")
         return
     total = total_bytes()
-    fraction = min(1.0, args.memory_budget_mib * MIB / total)
-    os.environ[PREALLOCATE_ENV] = "false"
+    fraction = min(1.0, max(1, args.memory_budget_mib - POOL_SLACK_MIB) * MIB / total)
+    os.environ[PREALLOCATE_ENV] = "true"
     os.environ[ALLOCATOR_ENV] = "bfc"
     os.environ[FRACTION_ENV] = f"{fraction:.6f}"
-    xla.update({PREALLOCATE_ENV: "false", ALLOCATOR_ENV: "bfc", FRACTION_ENV: os.environ[FRACTION_ENV]})
+    xla.update({PREALLOCATE_ENV: "true", ALLOCATOR_ENV: "bfc", FRACTION_ENV: os.environ[FRACTION_ENV]})
     settings.update(xla_env=xla, device_total_mib=round(total / MIB, 1),
                     memory_fraction=float(os.environ[FRACTION_ENV]),
-                    memory_budget_enforced=f"yes: {FRACTION_ENV} (BFC allocator's limit, grown on demand)")
+                    pool_slack_mib=POOL_SLACK_MIB,
+                    memory_budget_enforced=f"yes: {FRACTION_ENV} (BFC allocator, preallocated, "
+                                           f"{POOL_SLACK_MIB} MiB under the budget)")
 
 
 def _body(args, result: dict) -> None:

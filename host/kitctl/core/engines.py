@@ -47,7 +47,7 @@ ENGINES: dict[str, Engine] = {
                _BOTH, frozenset({"cuda", "cpu"}), "tf logical device memory_limit"),
         Engine("jax-xla", "JAX XLA", "JAX", "jax", "jax", "xla",
                _BOTH, frozenset({"cuda", "cpu"}),
-               "XLA_PYTHON_CLIENT_MEM_FRACTION = budget / device total (the BFC allocator's limit, grown on demand)"),
+               "XLA_PYTHON_CLIENT_MEM_FRACTION = (budget - 64 MiB) / device total (BFC allocator, preallocated)"),
         # OpenNN has no allocator cap: the host's VRAM gate is its only budget. Its trial is
         # built for CUDA (images/opennn/build.sh), so it runs on the GPU only.
         Engine("opennn-pool1", "OpenNN (batch pool 1)", "OpenNN", "opennn", "opennn", "pool1",
