@@ -32,14 +32,25 @@ from dataclasses import dataclass
 from typing import Any
 
 # The built-in benchmarks, in the order `kitctl run --help` and report overviews list them.
+# Each entry is the module that calls `register` (a benchmark's `benchmark.py`, or its package when
+# its __init__ registers it).
 BUILTIN = (
-    "kitctl.benchmarks.maxbatch",
-    "kitctl.benchmarks.throughput",
+    "kitctl.benchmarks.maxbatch.benchmark",
+    "kitctl.benchmarks.throughput.benchmark",
 )
+
+
+def _none(*_: Any) -> list[Any]:
+    return []
 
 
 @dataclass(frozen=True)
 class Benchmark:
+    """A benchmark as the CLI, reports, compare, results list and plots see it. The first fields are
+    required; every hook after them is optional, and its default leaves that part out (a new
+    benchmark implements what it has). A "Source" is `kitctl.reports.sources.Source`: one result
+    file, read (its rows filled by `load_rows`, its recorded configuration typed by `recorded`)."""
+
     name: str  # `kitctl run <name>`, the artifact's "benchmark", results/<name>-<model>-<dataset>-<UTC>.json
     title: str  # in headings: "Max batch", "Training throughput"
     config: type  # the frozen configuration dataclass (from_flags / to_json / from_json)
@@ -48,7 +59,31 @@ class Benchmark:
     report_ratios: Callable[[list[Any]], list[Any]]  # Sources -> the Ratio list of their "Headline ratios"
     ratio_what: str  # "_Fewer than two engines with a <ratio_what> per precision_": "max batch"
     report_unit: str  # the report overview's side-by-side figure: "max batch", "images/s (median)"
-    plots: Callable[..., list[Any]] | None = None  # (sources, out_dir) -> PlotFiles, for `report --plots`
+    # -- reading a result -------------------------------------------------------------------------
+    # Its own "configuration" keys as an artifact recorded them: a frozen dataclass whose field names are
+    # the JSON keys, each with the default a reader prints when an older artifact lacks it (read by
+    # kitctl.core.recorded.read_view into `RecordedConfig.own`). None: no keys of its own.
+    recorded: type | None = None
+    # (source, doc) -> None: fill the Source's rows from the artifact (`rows`/`points`, `tput`, …).
+    load_rows: Callable[[Any, dict[str, Any]], None] | None = None
+    # Source -> [(engine, precision, text, figure)]: one result's cells, in order, for side-by-side
+    # overviews and the engine list; figure = (value, is a lower bound) or None where there is none.
+    cells: Callable[[Any], list[tuple[str, str, str, tuple[float, bool] | None]]] = _none
+    # -- its parts of `kitctl report` ---------------------------------------------------------------
+    question: str = ""  # "What is measured" → Question
+    meta_count: Callable[[Any], str | None] = lambda src: None  # the headline line's "N candidates"/"N runs"
+    measured_steps: Callable[[Any], list[list[str]]] = _none  # "What is measured" rows after Loss / optimizer
+    # (source, isolation: "a fresh container"/"a fresh subprocess") -> its rules after Precision
+    measured_rules: Callable[[Any, str], list[list[str]]] = _none
+    caveats_results: Callable[[Any], list[str]] = _none  # caveats of its figures (after partial/resumed)
+    caveats_protocol: Callable[[Any], list[str]] = _none  # caveats of its protocol (after the TF32 one)
+    # Source -> one headline of `kitctl results list` ("pytorch-eager fp32: 1,234; …"); "" → "—"
+    headline: Callable[[Any], str] = lambda src: ""
+    # -- `kitctl compare` -----------------------------------------------------------------------------
+    compare: Any = None  # a kitctl.reports.compare.Comparer (its rows, change rule, units, setup checks)
+    # -- `kitctl report --plots` ---------------------------------------------------------------------
+    plots: Callable[[Any, list[Any], Any], list[Any]] = lambda src, sources, out_dir: []  # one result's PlotFiles
+    plots_overview: Callable[[list[Any], Any], list[Any]] = lambda sources, out_dir: []  # across its results
 
 
 _REGISTRY: dict[str, Benchmark] = {}
