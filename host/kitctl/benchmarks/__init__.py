@@ -6,23 +6,32 @@ A benchmark (`kitctl/benchmarks/<name>/`) owns everything that is its own:
                (`from_flags(...)`, bad input raises `kitctl.errors.Fail`: one line, exit 2), written
                into the artifact's "configuration" (`to_json()`) and read back for `--resume`
                (`from_json(doc["configuration"])`, the same checks again). The artifact's JSON keys
-               are the contract; nothing else passes string keys around.
+               are the contract; nothing else passes string keys around. Beside it, optional, a
+               tolerant read-only view of its own recorded keys for reports (`Benchmark.recorded`,
+               e.g. `MaxbatchRecorded`; read by `kitctl.core.recorded.read_view`).
 - `command.py` its `kitctl run <name>` typer command: parse the flags into the config, start the
                run through `kitctl.launch` (new or resumed: GPU, runtime, artifact — shared by
                every benchmark), run it, print the end table, return the exit code.
-- `run.py`     its runner: one fresh process/container per unit of work through a `Runtime`,
-               the artifact saved after every one (the core's protocol, outcome, search, budget,
-               sampler and artifact store do the measuring; the runner decides what to run).
+- `run.py`     its runner: a `kitctl.runner.UnitRunner` subclass whose `_run_cell` decides which
+               units an engine × precision runs (UnitRunner runs each as one fresh process/container
+               through a `Runtime`, saves the artifact after every one, handles signals and cleanup;
+               the core's protocol, outcome, search, budget, sampler and artifact store measure).
 - `table.py`   its rows, end table and ratios (read from an artifact, also by reports and compare).
-- `report.py`  its section of `kitctl report` (the "Result" of one artifact) — found through
-               `Benchmark.report_result`, never by name.
-- `plots.py`   its plots (optional).
+- `report.py`  its parts of `kitctl report` and `results list`: the "Result" of one artifact, its
+               ratios, rows of "What is measured", caveats, headline (the hooks below).
+- `compare.py` its `kitctl compare` rule (`Benchmark.compare`, a `kitctl.reports.compare.Comparer`).
+- `plots.py`   its plots for `kitctl report --plots` (`Benchmark.plots`, `plots_overview`).
+- `benchmark.py` the `register(Benchmark(...))` call naming all of the above (or `__init__.py`).
 - its schema part: for now the benchmark's "configuration"/"results" shapes stay in the one
-  `kitctl/schema/artifact.schema.json` (schema_version 1; a split must validate every artifact alike).
+  `kitctl/schema/artifact.schema.json` (schema_version 1; a split must validate every artifact alike):
+  a new benchmark adds its name to the "benchmark" enum and an if/then for its cells and keys.
 
-`kitctl/benchmarks/<name>/__init__.py` calls `register(Benchmark(...))`; the name joins BUILTIN
-below (the ONE registration line). The core (kitctl.core), the runtimes and the images never import
-a benchmark; the CLI, reports and compare reach benchmarks only through `all()` / `get(name)`.
+Only name, title, config, command and the report's result/ratios/units are required; every other
+hook has a default that leaves its part out, so a new benchmark starts small. The module that calls
+`register` joins BUILTIN below (the ONE registration line). The core (kitctl.core), the runtimes and
+the images never import a benchmark; the CLI, reports, compare, results list and plots reach
+benchmarks only through `all()` / `get(name)` and the hooks (the reference runner's files are max
+batch's: `kitctl.reports.reference.BENCHMARK`, the one name the reports hold).
 """
 from __future__ import annotations
 
