@@ -1,11 +1,9 @@
 """`kitctl compare OLD NEW`: per engine × precision, what changed and whether it is beyond noise.
 
-Max batch: the search resolves the boundary to one sample, so any difference is real; it is
-flagged as an improvement/regression when it reaches the threshold. A censored value (passed at
---max-batch) is only a lower bound: a change is stated only where the bound makes it certain.
-Throughput: the change in median images/s is beyond noise when the confidence intervals do not
-overlap; a regression needs both (no overlap, and a drop of at least the threshold). Without an
-interval (one run) the threshold alone decides, and the row says so.
+Each benchmark's rule is its own (`Benchmark.compare`, a `Comparer`, in
+`kitctl/benchmarks/<name>/compare.py`): max batch flags any change of the resolved boundary that
+reaches the threshold (a censored value is only a lower bound); throughput asks the confidence
+intervals of the medians not to overlap as well (one run: the threshold alone, and says so).
 Results that do not measure the same thing (another device, GPU model, VRAM limit or budget,
 input geometry or model; for throughput also another dataset or batch) are not comparable: every
 row says so and no change is a regression, unless `--force` compares them anyway (the
