@@ -73,7 +73,8 @@ def test_a_benchmark_needs_only_the_required_fields():
                              report_unit="x")
     assert b.recorded is None and b.load_rows is None and b.compare is None
     assert b.cells(None) == [] and b.measured_rules(None, "") == [] and b.caveats_results(None) == []
-    assert b.meta_count(None) is None and b.headline(None) == "" and b.plots(None, [], None) == []
+    assert b.meta_count(None) is None and b.headline(None) == "" and b.plots_of(None, [], None) == []
+    assert b.plots is None and b.report_measured is None and b.engine_cells is False
 
 
 def _py_files() -> list[Path]:

@@ -20,7 +20,7 @@ A benchmark (`kitctl/benchmarks/<name>/`) owns everything that is its own:
 - `report.py`  its parts of `kitctl report` and `results list`: the "Result" of one artifact, its
                ratios, rows of "What is measured", caveats, headline (the hooks below).
 - `compare.py` its `kitctl compare` rule (`Benchmark.compare`, a `kitctl.reports.compare.Comparer`).
-- `plots.py`   its plots for `kitctl report --plots` (`Benchmark.plots`, `plots_overview`).
+- `plots.py`   its plots for `kitctl report --plots` (`Benchmark.plots_of` per result, `plots` across results).
 - `benchmark.py` the `register(Benchmark(...))` call naming all of the above (or `__init__.py`).
 - its schema part: for now the benchmark's "configuration"/"results" shapes stay in the one
   `kitctl/schema/artifact.schema.json` (schema_version 1; a split must validate every artifact alike):
@@ -79,6 +79,11 @@ class Benchmark:
     # overviews and the engine list; figure = (value, is a lower bound) or None where there is none.
     cells: Callable[[Any], list[tuple[str, str, str, tuple[float, bool] | None]]] = _none
     # -- its parts of `kitctl report` ---------------------------------------------------------------
+    # Whether its "results" are engine × precision cells with trials/runs: the report's TF32 caveat,
+    # calibrated overheads and sampler rates read them (another shape: those lines are left out).
+    engine_cells: bool = False
+    # doc -> the whole "What is measured" table, instead of the training benchmarks' rows below
+    report_measured: Callable[[dict[str, Any]], list[list[str]]] | None = None
     question: str = ""  # "What is measured" → Question
     meta_count: Callable[[Any], str | None] = lambda src: None  # the headline line's "N candidates"/"N runs"
     measured_steps: Callable[[Any], list[list[str]]] = _none  # "What is measured" rows after Loss / optimizer
@@ -91,8 +96,10 @@ class Benchmark:
     # -- `kitctl compare` -----------------------------------------------------------------------------
     compare: Any = None  # a kitctl.reports.compare.Comparer (its rows, change rule, units, setup checks)
     # -- `kitctl report --plots` ---------------------------------------------------------------------
-    plots: Callable[[Any, list[Any], Any], list[Any]] = lambda src, sources, out_dir: []  # one result's PlotFiles
-    plots_overview: Callable[[list[Any], Any], list[Any]] = lambda sources, out_dir: []  # across its results
+    # (its sources among those reported, out_dir) -> PlotFiles across them (called when there is one)
+    plots: Callable[[list[Any], Any], list[Any]] | None = None
+    # (source, all sources reported, out_dir) -> that one result's PlotFiles, listed before the above
+    plots_of: Callable[[Any, list[Any], Any], list[Any]] = lambda src, sources, out_dir: []
 
 
 _REGISTRY: dict[str, Benchmark] = {}

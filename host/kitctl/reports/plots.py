@@ -3,7 +3,7 @@
 Each `plot_*` function draws one figure, saves it, and returns a `PlotFile` whose `data` is
 read back from the axes it drew on (scatter offsets, line positions, bar extents), so tests can
 check the plotted series without parsing PNGs. The `*_series`/`*_bars` functions give the data
-before drawing. Which plots a result gets is its benchmark's (`Benchmark.plots`, `plots_overview`,
+before drawing. Which plots a result gets is its benchmark's (`Benchmark.plots_of`, `plots`,
 in `kitctl/benchmarks/<name>/plots.py`); this module holds the shared drawing (bars, axes, saving).
 """
 from __future__ import annotations
@@ -122,10 +122,15 @@ def make_plots(sources: list[Source], out_dir: Path) -> list[PlotFile]:
     files: list[PlotFile] = []
     try:
         for src in sources:  # each result's own plots, in the order given
-            files += benchmarks.get(src.benchmark).plots(src, sources, out_dir)
-        for bench in benchmarks.all():  # then each benchmark's plot across its results
-            files += bench.plots_overview([s for s in sources if s.benchmark == bench.name], out_dir)
+            files += benchmarks.get(src.benchmark).plots_of(src, sources, out_dir)
+        for bench in benchmarks.all():  # then each benchmark's plots across its results
+            own = [s for s in sources if s.benchmark == bench.name]
+            if bench.plots is not None and own:
+                files += bench.plots(own, out_dir)
     except OSError as exc:
         raise PlotError(f"cannot write plots under {out_dir}: {exc.strerror or exc}") from None
     return files
 
+
+# The names before issue 17 (a benchmark's plots written against them keep working).
+_mpl, _save, _safe, _plot_bars = mpl, save, safe_name, plot_bars

@@ -241,7 +241,8 @@ def _ratio_table(ratios: list[Ratio]) -> list[str]:
 # ---- caveats --------------------------------------------------------------------------------
 
 def _kit_cells(src: Source) -> list[dict[str, Any]]:
-    return src.kit_results
+    """The engine × precision cells (a benchmark whose results have another shape: none)."""
+    return src.kit_results if benchmarks.get(src.benchmark).engine_cells else []
 
 
 def _tf32_engines(src: Source) -> list[str]:
@@ -339,6 +340,9 @@ def _results_of(src: Source) -> list[dict[str, Any]]:
 
 
 def measured(src: Source) -> list[list[str]]:
+    own = benchmarks.get(src.benchmark).report_measured
+    if src.kind == KITCTL and own is not None:  # a benchmark that says itself what it measures
+        return own(src.doc)
     return _measured_kitctl(src) if src.kind == KITCTL else _measured_reference(src)
 
 

@@ -187,7 +187,7 @@ def plot_maxbatch(sources: list[Source], out_dir: Path) -> PlotFile:
 
 
 
-def plots(src: Source, sources: list[Source], out_dir: Path) -> list[PlotFile]:
+def plots_of(src: Source, sources: list[Source], out_dir: Path) -> list[PlotFile]:
     """One result's: a VRAM plot per engine × precision, its max batches (when the overview lacks them)."""
     files = [plot_vram(src, s, out_dir) for s in vram_series(src)]
     if len(src.rows) > 1 or (src.rows and len(sources) == 1):  # else the overview has it

@@ -9,4 +9,5 @@ register(Benchmark(name="throughput", title="Training throughput", config=Throug
                    report_unit="images/s (median)", recorded=ThroughputRecorded, load_rows=report.load_rows,
                    cells=report.cells, question=report.QUESTION, meta_count=report.meta_count,
                    measured_rules=report.measured_rules, caveats_protocol=report.caveats_protocol,
-                   headline=report.headline, compare=compare.COMPARER, plots=plots.plots))
+                   headline=report.headline, compare=compare.COMPARER, plots_of=plots.plots_of,
+                   engine_cells=True))

@@ -40,5 +40,5 @@ def plot_throughput(src: Source, out_dir: Path) -> PlotFile:
 
 
 
-def plots(src: Source, sources: list[Source], out_dir: Path) -> list[PlotFile]:
+def plots_of(src: Source, sources: list[Source], out_dir: Path) -> list[PlotFile]:
     return [plot_throughput(src, out_dir)] if src.tput else []
