@@ -74,7 +74,7 @@ def test_a_benchmark_needs_only_the_required_fields():
     assert b.recorded is None and b.load_rows is None and b.compare is None
     assert b.cells(None) == [] and b.measured_rules(None, "") == [] and b.caveats_results(None) == []
     assert b.meta_count(None) is None and b.headline(None) == "" and b.plots_of(None, [], None) == []
-    assert b.plots is None and b.report_measured is None and b.engine_cells is False
+    assert b.plots is None and b.report_measured is None and b.engine_cells is False and b.add_commands is None
 
 
 def _py_files() -> list[Path]:

@@ -68,6 +68,8 @@ class Benchmark:
     report_ratios: Callable[[list[Any]], list[Any]]  # Sources -> the Ratio list of their "Headline ratios"
     ratio_what: str  # "_Fewer than two engines with a <ratio_what> per precision_": "max batch"
     report_unit: str  # the report overview's side-by-side figure: "max batch", "images/s (median)"
+    # (the typer app) -> None: top-level commands of its own beside `kitctl run <name>` (its data tools)
+    add_commands: Callable[[Any], None] | None = None
     # -- reading a result -------------------------------------------------------------------------
     # Its own "configuration" keys as an artifact recorded them: a frozen dataclass whose field names are
     # the JSON keys, each with the default a reader prints when an older artifact lacks it (read by
