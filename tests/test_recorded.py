@@ -112,3 +112,35 @@ def test_no_benchmark_imports_another_and_the_core_imports_none():
             imports = re.search(rf"from \.\.(\.)?(benchmarks\.)?{other}\b|benchmarks\.{other}\b", text)
             if rel.startswith(("core/", "runtimes/", "images/")) or mine is not None:
                 assert not imports, f"{rel} imports the {other} benchmark"
+
+
+def test_a_minimal_benchmark_renders_through_the_defaults(tmp_path):
+    """A benchmark with only the required fields and `report_measured` (the shape a data benchmark
+    starts with): report, results list and plots leave out what it does not implement, no traceback."""
+    from kitctl.core.recorded import RecordedConfig
+    from kitctl.reports.plots import make_plots
+    from kitctl.reports.report import render
+    from kitctl.reports.results_list import headline
+    from kitctl.reports.sources import KITCTL, Source
+
+    toy = benchmarks.Benchmark(
+        name="toy", title="Toy", config=object, command=lambda: None,
+        report_result=lambda src: [f"{len(src.doc['results'])} items"], report_ratios=lambda ss: [],
+        ratio_what="figure", report_unit="figure",
+        report_measured=lambda doc: [["Question", f"how many items ({doc['configuration']['items']})"]])
+    doc = json.loads((DATA / "throughput-sample.json").read_text(encoding="utf-8"))
+    doc.update(benchmark="toy", configuration={"items": 3}, results=[{"item": 1}, {"item": 2}])
+    benchmarks.all()
+    benchmarks._REGISTRY["toy"] = toy
+    try:
+        src = Source(path=tmp_path / "toy.json", kind=KITCTL, doc=doc, benchmark="toy", state="complete",
+                     created=doc["created_utc"], gpu_name=None, card_total_mib=None, limit_mib=None,
+                     budget_mib=None, emulated=False, config=RecordedConfig.of(doc["configuration"]))
+        md = render([src, src])
+        assert "## [1] Toy" in md and "2 items" in md and "how many items (3)" in md
+        assert "_Fewer than two engines with a figure per precision: no ratios._" in md
+        assert "TF32" not in md and "One search" not in md  # engine cells only (engine_cells=False)
+        assert headline(src) == "—"
+        assert make_plots([src], tmp_path / "plots") == []
+    finally:
+        del benchmarks._REGISTRY["toy"]
