@@ -26,6 +26,9 @@ for _b in benchmarks.all():
     run_app.command(_b.name)(_b.command)
 register_reports(app)  # report, compare, results list
 app.add_typer(images_cli.images_app, name="images")
+for _b in benchmarks.all():  # a benchmark's own top-level commands (e.g. preparing its data)
+    if _b.add_commands is not None:
+        _b.add_commands(app)
 app.command("doctor")(doctor.doctor)
 app.command("clean")(clean.clean)
 

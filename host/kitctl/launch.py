@@ -472,7 +472,9 @@ def execute(runner: Any, store: ArtifactStore) -> tuple[dict[str, Any], Path]:
 
 
 def new_doc(run_id: str, config: Any, gpuctx: GpuContext | None, rt: Any, engines: list,
-            benchmark: str = "maxbatch") -> dict[str, Any]:
+            benchmark: str | None = None) -> dict[str, Any]:
+    if benchmark is None:  # the benchmark whose configuration this is
+        benchmark = next(b.name for b in benchmarks.all() if isinstance(config, b.config))
     host = host_info()
     if gpuctx is not None:
         host["gpu"] = gpuctx.info.to_json()

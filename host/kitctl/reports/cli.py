@@ -99,6 +99,7 @@ def compare(
 
     Exit 0: no regression; 1: a regression beyond --threshold; 2: bad files or flags; 3: not
     comparable (the results measure different things; --force compares them anyway)."""
+    from .. import benchmarks
     from . import compare as cmpmod
     from .sources import load_source
     from ..core.tables import engine_label
@@ -120,7 +121,7 @@ def compare(
         except OSError as exc:
             _fail(f"cannot write {out}: {exc.strerror or exc}")
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
-    unit = "max batch" if cmp.benchmark == "maxbatch" else "images/s"
+    unit = benchmarks.get(cmp.benchmark).compare.unit_short  # type: ignore[union-attr]
     t = Table(title=f"{o.name} → {n.name} ({unit}, threshold {threshold:g}%)")
     for col in ("Engine", "Precision", "OLD", "NEW", "Change", "Flag", "Note"):
         t.add_column(col, justify="right" if col in ("OLD", "NEW", "Change") else "left")

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from ..core.tables import engine_label
+
 
 def cell(x: Any) -> str:
     return str(x).replace("|", "\\|").replace("\n", " ")
@@ -42,3 +44,8 @@ def join(items: list[str]) -> str:
 
 def heading(level: int) -> Callable[[str], str]:
     return lambda text: "#" * level + " " + text
+
+
+def cell_label(engine: str, precision: str) -> str:
+    """"PyTorch eager fp32": an engine × precision in a sentence."""
+    return f"{engine_label(engine)} {precision}"

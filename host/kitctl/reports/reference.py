@@ -23,9 +23,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.engines import ENGINES
+from ..core.recorded import read_view
 from ..benchmarks.maxbatch.table import CAPACITY_STATUSES, UNCLASSIFIED_NEXT, Row, TrialPoint, result_text
 
 BENCHMARK_ID = "gpu-resnet50-max-batch"
+# The kitctl benchmark whose figures a reference file holds (its rows are that benchmark's rows): the
+# one benchmark name the reports know, as core/engines.py knows which benchmarks an engine runs.
+BENCHMARK = "maxbatch"
 PRECISIONS = ("fp32", "bf16")
 MEMORY_REASONS = frozenset({"oom", "vram_cap_exceeded"})
 # The reference runner's engine names → kitctl's.
@@ -59,6 +63,26 @@ class StatedFigure:
         return f"{v:,.0f}" if float(v).is_integer() and self.metric == "max_train_batch" else f"{v:g}"
 
 
+@dataclass(frozen=True)
+class ReferenceConfig:
+    """The reference file's `configuration`, read-only: each key as written, a missing one the default
+    its readers print (read through `kitctl.core.recorded.read_view`, the one raw reader)."""
+
+    precision: Any = None  # the older flat layout's one precision
+    max_batch_limit: Any = None
+    vram_reserve_mib: Any = None
+    input_shape: Any = None
+    classes: Any = "?"
+    model: Any = "?"
+    loss: Any = "?"
+    optimizer: Any = "?"
+    dataset: Any = None
+
+
+def config(doc: dict[str, Any]) -> ReferenceConfig:
+    return read_view(ReferenceConfig, doc.get("configuration"))
+
+
 def is_reference(doc: Any) -> bool:
     return isinstance(doc, dict) and "benchmark_id" in doc and "kind" not in doc
 
@@ -87,8 +111,7 @@ def cells(doc: dict[str, Any]) -> list[tuple[str, str, str, dict[str, Any]]]:
     if nested:
         pairs = [(p, name, e) for p, engines in results.items() for name, e in engines.items()]
     else:
-        cfg = doc.get("configuration") or {}
-        p = cfg.get("precision") or "fp32"
+        p = config(doc).precision or "fp32"
         pairs = [(p, name, e) for name, e in results.items()]
     for p, name, e in pairs:
         where = f"results.{p}.{name}" if nested else f"results.{name}"
@@ -144,7 +167,7 @@ def search_status(e: dict[str, Any], max_batch_limit: int | None) -> str:
 
 
 def rows(doc: dict[str, Any]) -> list[Row]:
-    limit = (doc.get("configuration") or {}).get("max_batch_limit")
+    limit = config(doc).max_batch_limit
     out = []
     for engine, precision, _, e in cells(doc):
         delta = _uses_delta(e)
@@ -225,7 +248,7 @@ def cap_mib(doc: dict[str, Any]) -> float | None:
             if isinstance(t.get("vram_cap_mib"), (int, float)):
                 return float(t["vram_cap_mib"])
     gpu = (doc.get("machine") or {}).get("gpu") or {}
-    reserve = (doc.get("configuration") or {}).get("vram_reserve_mib")
+    reserve = config(doc).vram_reserve_mib
     if isinstance(gpu.get("memory_total_mib"), (int, float)) and isinstance(reserve, (int, float)):
         return float(gpu["memory_total_mib"] - reserve)
     return None

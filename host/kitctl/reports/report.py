@@ -17,13 +17,11 @@ from typing import Any, Callable
 
 from .. import benchmarks
 from . import reference
-from .format import fmt_int, heading, join, num, table
+from .format import cell_label, fmt_int, heading, join, num, table
 from .plots import PlotFile
 from .sources import KITCTL, Source
+from ..core.outcome import MEMORY_FAILURES
 from ..core.tables import Ratio, engine_label
-# The overview's side-by-side values and the caveats still read each benchmark's rows here (see issue 17's notes).
-from ..benchmarks.maxbatch.report import row_value
-from ..benchmarks.maxbatch.table import CAPACITY_STATUSES, MEMORY_FAILURES, failures_below_pass, peak_inversions
 
 _MODEL_NAMES = {"resnet50": "ResNet-50"}
 
@@ -65,18 +63,14 @@ def _argv_text(argv: list[str]) -> str:
     return shlex.join(["kitctl", *argv[1:]])
 
 
-def _cell_label(engine: str, precision: str) -> str:
-    return f"{engine_label(engine)} {precision}"
-
-
 # ---- the report -----------------------------------------------------------------------------
 
 def title(src: Source) -> str:
     if src.kind == KITCTL:
-        cfg = src.doc["configuration"]
+        cfg = src.config
         what = benchmarks.get(src.benchmark).title
-        model = _MODEL_NAMES.get(cfg.get("model"), cfg.get("model"))
-        return f"{what} — {model}, {cfg.get('dataset')} data · {src.machine_short}"
+        model = _MODEL_NAMES.get(cfg.model, cfg.model)
+        return f"{what} — {model}, {cfg.dataset} data · {src.machine_short}"
     return f"Reference max batch — {src.doc.get('dataset', '?')} · {src.machine_short}"
 
 
@@ -119,27 +113,19 @@ def _overview(sources: list[Source], plots: list[PlotFile], base: Path) -> list[
                     [[f"[{n}]", f"`{s.name}`", "kitctl" if s.kind == KITCTL else "reference runner", s.benchmark,
                       s.machine_short, _when(s.created), s.state] for n, s in enumerate(sources, 1)])
     lines.append("")
-    for bench, unit in ((b.name, b.report_unit) for b in benchmarks.all()):
-        group = [(n, s) for n, s in enumerate(sources, 1) if s.benchmark == bench]
+    for bench in benchmarks.all():
+        group = [(n, s) for n, s in enumerate(sources, 1) if s.benchmark == bench.name]
         if len(group) < 2:
             continue
         keys: list[tuple[str, str]] = []
         vals: dict[tuple[int, str, str], str] = {}
         nums: dict[tuple[int, str, str], tuple[float, bool]] = {}  # value, is a lower bound
         for n, s in group:
-            if bench == "maxbatch":
-                for r in s.rows:
-                    keys.append((r.engine, r.precision))
-                    vals[(n, r.engine, r.precision)] = row_value(r)
-                    if r.has_figure:
-                        nums[(n, r.engine, r.precision)] = (float(r.max_batch),
-                                                            r.search_status == "censored_at_max_batch")
-            else:
-                for t in s.tput:
-                    keys.append((t.engine, t.precision))
-                    vals[(n, t.engine, t.precision)] = num(t.median)
-                    if t.median:
-                        nums[(n, t.engine, t.precision)] = (t.median, False)
+            for engine, precision, text, figure in bench.cells(s):
+                keys.append((engine, precision))
+                vals[(n, engine, precision)] = text
+                if figure is not None:
+                    nums[(n, engine, precision)] = figure
         keys = list(dict.fromkeys(keys))
         first = group[0][0]
 
@@ -150,7 +136,7 @@ def _overview(sources: list[Source], plots: list[PlotFile], base: Path) -> list[
             return ("≥ " if a[1] else "≤ " if b[1] else "") + f"{a[0] / b[0]:.2f}×"
 
         later = [n for n, _ in group[1:]]
-        lines += [f"Side by side, {unit} (ratios against [{first}]):", ""]
+        lines += [f"Side by side, {bench.report_unit} (ratios against [{first}]):", ""]
         lines += table(["Engine", "Precision", *[f"[{n}] {s.machine_short}" for n, s in group],
                          *[f"[{n}] ÷ [{first}]" for n in later]],
                         [[engine_label(e), p, *[vals.get((n, e, p), "—") for n, _ in group],
@@ -164,22 +150,21 @@ def _overview(sources: list[Source], plots: list[PlotFile], base: Path) -> list[
     return lines
 
 
-def _cross_ratios(group: list[tuple[int, Source]], bench: str) -> list[str]:
+def _cross_ratios(group: list[tuple[int, Source]], bench: benchmarks.Benchmark) -> list[str]:
     """Engines measured in separate runs on the same card, VRAM limit and data (e.g. one run per
     engine) compared as one run's end table would compare them ("PyTorch best vs OpenNN"). Left
     out where an engine × precision appears in more than one of those results (which to take?)."""
     parts: dict[tuple[str, str | None], list[tuple[int, Source]]] = {}
     for n, s in group:
-        dataset = (s.doc.get("configuration") or {}).get("dataset") if isinstance(s.doc, dict) else None
-        parts.setdefault((s.machine_short, dataset), []).append((n, s))
+        parts.setdefault((s.machine_short, s.recorded_dataset), []).append((n, s))
     out: list[str] = []
     for members in parts.values():
         if len(members) < 2:
             continue
-        cells = [(r.engine, r.precision) for _, s in members for r in (s.rows if bench == "maxbatch" else s.tput)]
+        cells = [(e, p) for _, s in members for e, p, _, _ in bench.cells(s)]
         if len(cells) != len(set(cells)):
             continue
-        found = benchmarks.get(bench).report_ratios([s for _, s in members])
+        found = bench.report_ratios([s for _, s in members])
         if found:
             refs = ", ".join(f"[{n}]" for n, _ in members)
             out += [f"Across {refs} (same GPU, VRAM limit and data; each engine from its own run):", ""]
@@ -238,12 +223,9 @@ def _meta_line(src: Source) -> str:
         end = d.get("finished_utc") or d.get("updated_utc")
         dur = _duration(d.get("created_utc"), end)
         parts.append(_when(d.get("created_utc")) + (f", {dur}" if dur else ""))
-        cands = sum(len(c.get("trials", [])) for c in d["results"])
-        calib = sum(1 for c in d["results"] if c.get("calibration"))
-        if src.benchmark == "maxbatch":
-            parts.append(f"{cands} candidates" + (f" + {calib} calibration" if calib else ""))
-        else:
-            parts.append(f"{sum(len(c.get('runs') or []) for c in d['results'])} runs")
+        count = benchmarks.get(src.benchmark).meta_count(src)
+        if count is not None:
+            parts.append(count)
         return " · ".join(parts)
     cells = reference.cells(d)
     return " · ".join([f"`{src.name}`", f"reference runner `{d.get('benchmark_id')}`",
@@ -259,7 +241,8 @@ def _ratio_table(ratios: list[Ratio]) -> list[str]:
 # ---- caveats --------------------------------------------------------------------------------
 
 def _kit_cells(src: Source) -> list[dict[str, Any]]:
-    return src.doc["results"] if src.kind == KITCTL else []
+    """The engine × precision cells (a benchmark whose results have another shape: none)."""
+    return src.kit_results if benchmarks.get(src.benchmark).engine_cells else []
 
 
 def _tf32_engines(src: Source) -> list[str]:
@@ -284,28 +267,8 @@ def caveats(src: Source) -> list[str]:
         by = f" ({d['interrupted_by']})" if d.get("interrupted_by") else ""
         out.append(f"**Resumed** — the run was interrupted{by} and resumed {len(d['resumes'])}×: the candidates "
                    f"finished before the interruption were kept, not repeated (see Reproduce).")
-    for r in src.rows:
-        label = _cell_label(r.engine, r.precision)
-        if r.search_status == "censored_at_max_batch":
-            out.append(f"**Censored search** — {label} passed at the largest batch allowed (--max-batch "
-                       f"{r.max_batch:,}) without a failure: {r.max_batch:,} is a lower bound, not a capacity.")
-        elif r.has_figure and r.reference_claim:
-            continue  # one caveat for all of them, below
-        elif r.search_status == "invalid_non_memory_failure":
-            out.append(f"**Non-memory failure** — {label}: the search ended on a failure that is not a memory "
-                       f"failure: {r.result.removeprefix('invalid: ')}; no capacity is reported for it.")
-        elif r.search_status == "no_passing_batch":
-            out.append(f"**No passing batch** — {label}: not even the smallest candidate passed.")
-    claims = [(_cell_label(r.engine, r.precision), r) for r in src.rows if r.has_figure and r.reference_claim]
-    if claims:
-        out.append(reference.claim_caveat(claims))
-    for c in _kit_cells(src):
-        if c.get("search_status") in CAPACITY_STATUSES:
-            other = [t for t in c.get("trials", []) if t["status"] not in MEMORY_FAILURES and t["status"] != "ok"]
-            if other:
-                what = join([f"{t['status']} at {t['batch']:,}" for t in other])
-                out.append(f"**Retried failures** — {_cell_label(c['engine'], c['precision'])}: {len(other)} "
-                           f"candidate(s) failed without a memory status ({what}) and were retried.")
+    bench = benchmarks.get(src.benchmark)
+    out += bench.caveats_results(src)
     if src.emulated and src.limit_mib is not None:
         card = (f"this {src.gpu_name}'s {num(src.card_total_mib)} MiB" if src.gpu_name is not None
                 else "the card's memory (the artifact records no GPU)")
@@ -318,45 +281,14 @@ def caveats(src: Source) -> list[str]:
         out.append(f"**TF32 in fp32** — {join(tf32)} allowed TF32 tensor-core math for fp32 matmuls and "
                    f"convolutions: not strict IEEE fp32, and the kernels (and their workspaces) may differ from a "
                    f"strict-fp32 run.")
-    if src.benchmark == "throughput":
-        single = [_cell_label(t.engine, t.precision) for t in src.tput if t.runs == 1]
-        if single:
-            out.append(f"**One run only** — {join(single)}: a single run, so no confidence interval; "
-                       f"repeat with more runs before comparing.")
-        for c in _kit_cells(src):
-            if c.get("status") == "failed":
-                out.append(f"**Failed** — {_cell_label(c['engine'], c['precision'])}: {c.get('reason') or 'a run failed'}; "
-                           f"no figure is reported for it and none of its runs is averaged in.")
-        low = [f"{_cell_label(c['engine'], c['precision'])} ({(c.get('summary') or {})['ci_level'] * 100:.2f}%)"
-               for c in _kit_cells(src) if isinstance((c.get("summary") or {}).get("ci_level"), (int, float))
-               and isinstance((c.get("summary") or {}).get("ci_requested_level"), (int, float))
-               and c["summary"]["ci_level"] < c["summary"]["ci_requested_level"]]
-        if low:
-            out.append(f"**Interval below the requested level** — {join(low)}: too few runs for a "
-                       f"distribution-free interval at the requested level; the min–max interval and its actual "
-                       f"confidence level are shown.")
-    else:
-        out.append("**One search** — each engine × precision was searched once and every candidate ran once; "
-                   "the boundary was not repeated.")
-    for (engine, precision), pts in src.points.items():
-        label = _cell_label(engine, precision)
-        for fail, ok in failures_below_pass(pts):
-            out.append(f"**Non-monotone pass/fail** — {label}: batch {fail.batch:,} failed ({fail.status}) "
-                       f"while the larger batch {ok.batch:,} passed; a bisection assumes every batch below a "
-                       f"pass passes, so the max batch may not be the largest that fits.")
-        inv = peak_inversions(pts)
-        if inv:
-            what = join([f"batch {a.batch:,} peaked at {a.peak_mib:,.0f} MiB, batch {b.batch:,} at "
-                          f"{b.peak_mib:,.0f} MiB" for a, b in inv])
-            out.append(f"**Note: peak memory is not monotone in the batch** — {label}: {what} — typically "
-                       f"allocator and convolution-algorithm choices that change with the batch.")
+    out += bench.caveats_protocol(src)
     if src.kind == KITCTL:
         rates = [t["peaks"].get("sample_rate_hz") for c in _kit_cells(src) for t in c.get("trials", [])]
         rates = [r for r in rates if isinstance(r, (int, float))]
         if rates and min(rates) < 500:
             out.append(f"**Slow VRAM sampler** — the NVML sampler reached only {min(rates):,.0f} samples/s "
                        f"on some candidate (target ≥ 500): a short spike above B may have been missed.")
-        if d["configuration"].get("device") == "cpu":
+        if src.config.device == "cpu":
             out.append("**CPU run** — no GPU: the memory limit is the candidate's host memory "
                        "(--memory-limit), not VRAM.")
     else:
@@ -373,7 +305,7 @@ def _partial_caveat(src: Source) -> str:
     d = src.doc
     by = f" by {d['interrupted_by']}" if d.get("interrupted_by") else ""
     done = [c for c in d["results"] if c.get("state") == "done"]
-    planned = len(d["configuration"]["engines"]) * len(d["configuration"]["precisions"])
+    planned = len(src.config.engines) * len(src.config.precisions)
     unfinished = []
     for c in d["results"]:
         if c.get("state") == "done":
@@ -386,7 +318,7 @@ def _partial_caveat(src: Source) -> str:
             bits.append(f"largest pass {max(ok):,}")
         if mem:
             bits.append(f"smallest memory failure {min(mem):,}")
-        unfinished.append(f"{_cell_label(c['engine'], c['precision'])} ({', '.join(bits)})")
+        unfinished.append(f"{cell_label(c['engine'], c['precision'])} ({', '.join(bits)})")
     resume = (f"`kitctl run maxbatch --resume {src.name}`" if src.name.endswith(".partial.json")
               else "`kitctl run maxbatch --resume` on its `.partial.json`")
     text = (f"**Partial result** — the artifact is `{src.state}`{by}: {len(done)} of {planned} engine × precision "
@@ -408,25 +340,25 @@ def _results_of(src: Source) -> list[dict[str, Any]]:
 
 
 def measured(src: Source) -> list[list[str]]:
+    own = benchmarks.get(src.benchmark).report_measured
+    if src.kind == KITCTL and own is not None:  # a benchmark that says itself what it measures
+        return own(src.doc)
     return _measured_kitctl(src) if src.kind == KITCTL else _measured_reference(src)
 
 
 def _measured_kitctl(src: Source) -> list[list[str]]:
-    d, cfg = src.doc, src.doc["configuration"]
+    d, cfg = src.doc, src.config
+    bench = benchmarks.get(src.benchmark)
     rows: list[list[str]] = []
     recs = _results_of(src)
-    if src.benchmark == "maxbatch":
-        rows.append(["Question", "the largest training batch that completes one real step (forward, backward, "
-                     "optimizer update)"])
-    else:
-        rows.append(["Question", "steady-state training images/s at a fixed batch"])
-    data = cfg.get("dataset", "?")
+    rows.append(["Question", bench.question])
+    data = cfg.dataset
     if data == "synthetic":
         gens = {((r.get("settings") or {}).get("data") or {}).get("generator") for _, r in recs} - {None}
-        data += f" (seeded, seed {cfg.get('seed', 0)}" + (f", {sorted(gens)[0]}" if len(gens) == 1 else "") + ")"
-    elif cfg.get("data_dir"):
-        data += f" (`{cfg['data_dir']}`)"
-    rows.append(["Dataset geometry", f"{data}; {cfg.get('input', '?')}"])
+        data += f" (seeded, seed {cfg.seed}" + (f", {sorted(gens)[0]}" if len(gens) == 1 else "") + ")"
+    elif cfg.data_dir:
+        data += f" (`{cfg.data_dir}`)"
+    rows.append(["Dataset geometry", f"{data}; {cfg.input}"])
     params = {}
     impls = {}
     for c, r in recs:
@@ -435,8 +367,8 @@ def _measured_kitctl(src: Source) -> list[list[str]]:
         impl = (r.get("settings") or {}).get("model_impl")
         if impl:
             impls.setdefault(engine_label(c["engine"]), impl)
-    model = _MODEL_NAMES.get(cfg.get("model"), cfg.get("model"))
-    net = f"{model} (`{cfg.get('model')}`)"
+    model = _MODEL_NAMES.get(cfg.model, cfg.model)
+    net = f"{model} (`{cfg.model}`)"
     if len(set(params.values())) == 1:
         net += f", {next(iter(params.values())):,} parameters"
     elif params:
@@ -444,35 +376,15 @@ def _measured_kitctl(src: Source) -> list[list[str]]:
     if impls:
         net += "; " + "; ".join(f"{k}: {v}" for k, v in impls.items())
     rows.append(["Network", net])
-    rows.append(["Loss / optimizer", f"{cfg.get('loss', '?')} / {cfg.get('optimizer', '?')}"])
-    if src.benchmark == "maxbatch":
-        rows.append(["Steps per candidate", cfg.get("steps", "?")])
-    prec = ", ".join(cfg.get("precisions", []))
+    rows.append(["Loss / optimizer", f"{cfg.loss} / {cfg.optimizer}"])
+    rows += bench.measured_steps(src)
+    prec = ", ".join(cfg.precisions)
     tf32 = _tf32_engines(src)
     if tf32:
         prec += f" (TF32 allowed in fp32: {join(tf32)})"
     rows.append(["Precision", prec])
     fresh = "a fresh container" if d["runtime"]["name"] == "docker" else "a fresh subprocess"
-    if src.benchmark == "maxbatch":
-        gate = ("device delta ≤ B" if src.budget_mib is not None else
-                "no host OOM kill under --memory-limit" if cfg.get("memory_limit_mib") else "no memory failure")
-        rows.append(["Capacity rule", f"a candidate passes ⇔ exit 0, status `ok`, finite losses, {gate}; "
-                     f"each candidate is {fresh} ({d['runtime']['name']} runtime)"])
-        strategy = cfg.get("strategy")
-        if strategy == "protocol":
-            rule = (f"`protocol`: start at {fmt_int(cfg.get('start_batch'))}; double until the first failure or "
-                    f"--max-batch {fmt_int(cfg.get('max_batch'))}; bisect to resolution 1; verify that max + 1 "
-                    f"fails; a timeout/crash/error is retried once, twice stops the engine")
-        else:
-            rule = f"`{strategy}` (start {fmt_int(cfg.get('start_batch'))}, --max-batch {fmt_int(cfg.get('max_batch'))})"
-        rows.append(["Search rule", rule])
-    else:
-        rows.append(["Speed rule", f"batch {fmt_int(cfg.get('batch'))}; {fmt_int(cfg.get('warmup_steps'))} warm-up "
-                     f"steps, then {fmt_int(cfg.get('steps'))} timed steps; images/s = images ÷ timed window; "
-                     f"{fmt_int(cfg.get('runs'))} runs, each {fresh}; median and a confidence interval of the "
-                     "median over runs"
-                     + (f" (requested {cfg['ci_level'] * 100:g}%; each cell states the level it reaches)"
-                        if isinstance(cfg.get("ci_level"), (int, float)) else "")])
+    rows += bench.measured_rules(src, fresh)
     b = d.get("budget")
     if b:
         emu = (f", emulating a smaller card on {num(src.card_total_mib)} MiB" if b.get("emulated_smaller_card")
@@ -480,8 +392,8 @@ def _measured_kitctl(src: Source) -> list[list[str]]:
         rows.append(["VRAM rule", f"L = {num(b['limit_mib'])} MiB ({b['limit_source']}{emu}), R = "
                      f"{num(b['reserve_mib'])} MiB, B = L − R = {num(b['budget_mib'])} MiB; a host thread samples NVML and kills a candidate "
                      f"the moment its device delta (used − idle baseline) exceeds B"])
-    elif cfg.get("memory_limit_mib"):
-        rows.append(["Memory rule", f"--memory-limit {cfg['memory_limit_mib']:,} MiB of host memory per candidate"])
+    elif cfg.memory_limit_mib:
+        rows.append(["Memory rule", f"--memory-limit {cfg.memory_limit_mib:,} MiB of host memory per candidate"])
     for c in _kit_cells(src):
         o = c.get("overhead")
         if not o:
@@ -491,28 +403,28 @@ def _measured_kitctl(src: Source) -> list[list[str]]:
         if c.get("framework_budget_mib") is not None:
             cap = (d["engines"].get(c["engine"]) or {}).get("framework_cap", "")
             text += f"; framework told B − overhead = {num(c['framework_budget_mib'])} MiB" + (f" ({cap})" if cap else "")
-        rows.append([f"Calibrated overhead, {_cell_label(c['engine'], c['precision'])}", text])
+        rows.append([f"Calibrated overhead, {cell_label(c['engine'], c['precision'])}", text])
     rates = [t["peaks"].get("sample_rate_hz") for c in _kit_cells(src)
              for t in [c.get("calibration")] + list(c.get("trials", [])) if t]
     rates = [r for r in rates if isinstance(r, (int, float))]
     if rates:
         rows.append(["VRAM sampler", f"NVML, {min(rates):,.0f}–{max(rates):,.0f} samples/s achieved over "
                      f"{len(rates)} trials incl. calibration (target ≥ 500)"])
-    rows.append(["cuDNN autotuning", "on (--cudnn-benchmark)" if cfg.get("cudnn_benchmark") else "off"])
-    rows.append(["Timeout", f"{num(cfg.get('timeout_s'))} s per candidate"])
+    rows.append(["cuDNN autotuning", "on (--cudnn-benchmark)" if cfg.cudnn_benchmark else "off"])
+    rows.append(["Timeout", f"{num(cfg.timeout_s)} s per candidate"])
     return rows
 
 
 def _measured_reference(src: Source) -> list[list[str]]:
     d = src.doc
-    cfg = d.get("configuration") or {}
+    cfg = reference.config(d)
     proto = d.get("protocol") or {}
     rows = [["Question", "the largest training batch that completes a real training step (reference runner)"]]
-    shape = cfg.get("input_shape")
+    shape = cfg.input_shape
     geo = "×".join(str(x) for x in shape) + " inputs" if isinstance(shape, list) else "?"
-    rows.append(["Dataset geometry", f"{d.get('dataset', '?')}; {geo}, {cfg.get('classes', '?')} classes"])
-    rows.append(["Network", str(cfg.get("model", "?"))])
-    rows.append(["Loss / optimizer", f"{cfg.get('loss', '?')} / {cfg.get('optimizer', '?')}"])
+    rows.append(["Dataset geometry", f"{d.get('dataset', '?')}; {geo}, {cfg.classes} classes"])
+    rows.append(["Network", str(cfg.model)])
+    rows.append(["Loss / optimizer", f"{cfg.loss} / {cfg.optimizer}"])
     precs = sorted({p for _, p, _, _ in reference.cells(d)})
     rows.append(["Precision", ", ".join(precs)])
     q = proto.get("quality_rule") or {}
@@ -522,13 +434,13 @@ def _measured_reference(src: Source) -> list[list[str]]:
             f"{q.get('metric')} = {q.get('target')} ({q.get('status')})" if q else "",
             str(m.get("warmup") or ""), str(m.get("runs") or "")] if x)])
     rule = str(m.get("aggregation") or "")
-    if cfg.get("max_batch_limit"):
-        rule += f"{'; ' if rule else ''}max batch limit {cfg['max_batch_limit']:,}"
+    if cfg.max_batch_limit:
+        rule += f"{'; ' if rule else ''}max batch limit {cfg.max_batch_limit:,}"
     if rule:
         rows.append(["Search rule", rule])
     if src.budget_mib is not None:
         rows.append(["VRAM rule", f"cap = card total {num(src.card_total_mib)} − reserve "
-                     f"{fmt_int(cfg.get('vram_reserve_mib'))} = {src.budget_mib:,.0f} MiB (the trials' `vram_cap_mib`)"])
+                     f"{fmt_int(cfg.vram_reserve_mib)} = {src.budget_mib:,.0f} MiB (the trials' `vram_cap_mib`)"])
     srcs = sorted({reference.peak_source(e) for *_, e in reference.cells(d)})
     rows.append(["Peaks", "; ".join(srcs)])
     return rows

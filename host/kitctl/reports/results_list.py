@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import benchmarks
 from ..core.artifact import ArtifactError
 from .sources import KITCTL, UnknownKind, load_source
 
@@ -30,22 +31,8 @@ def _date(iso: str | None) -> str:
 
 
 def headline(src) -> str:
-    parts = []
-    if src.benchmark == "maxbatch":
-        for r in src.rows:
-            if r.has_figure:
-                v = r.figure_text
-            elif r.search_status == "invalid_non_memory_failure":
-                v = "invalid"
-            elif r.search_status == "no_passing_batch":
-                v = "no pass"
-            else:
-                v = "unfinished"
-            parts.append(f"{r.engine} {r.precision}: {v}")
-    else:
-        for t in src.tput:
-            parts.append(f"{t.engine} {t.precision}: " + (f"{t.median:,.0f} img/s" if t.median else "no result"))
-    return "; ".join(parts) or "—"
+    """The result's figures in one line (its benchmark's own words), "—" when it has none yet."""
+    return benchmarks.get(src.benchmark).headline(src) or "—"
 
 
 def list_results(folder: Path) -> list[Entry]:
@@ -64,7 +51,7 @@ def list_results(folder: Path) -> list[Entry]:
             why = str(exc).replace(str(path), "", 1).lstrip(": ").strip()
             out.append(Entry(path.name, "?", "—", "—", "—", why[:160], "unreadable"))
             continue
-        engines = list(dict.fromkeys(r.engine for r in (src.rows or src.tput)))  # type: ignore[attr-defined]
+        engines = list(dict.fromkeys(e for e, *_ in benchmarks.get(src.benchmark).cells(src)))
         state = src.state if src.kind == KITCTL else "reference"
         if path.name.endswith(".partial.json"):
             state += " (partial)"

@@ -8,13 +8,17 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from .. import benchmarks
 from ..core import artifact as art
 from . import reference
 from ..core.artifact import ArtifactError
-from ..benchmarks.maxbatch.table import Row, TrialPoint, maxbatch_rows, trial_points
-from ..benchmarks.throughput.table import ThroughputRow, throughput_rows
+from ..core.recorded import RecordedConfig
+
+if TYPE_CHECKING:  # the row types the benchmarks fill in (through Benchmark.load_rows)
+    from ..benchmarks.maxbatch.table import Row, TrialPoint
+    from ..benchmarks.throughput.table import ThroughputRow
 
 KITCTL, REFERENCE = "kitctl", "reference"
 
@@ -28,7 +32,7 @@ class Source:
     path: Path
     kind: str  # KITCTL | REFERENCE
     doc: dict[str, Any]
-    benchmark: str  # maxbatch | throughput
+    benchmark: str  # a registered benchmark's name (a reference file: reference.BENCHMARK)
     state: str  # complete | interrupted | running | reference
     created: str | None  # ISO 8601 (UTC)
     gpu_name: str | None
@@ -36,9 +40,23 @@ class Source:
     limit_mib: float | None  # L
     budget_mib: float | None  # B (the reference runner: its cap)
     emulated: bool
+    # Filled by the benchmark's `load_rows`: max batch's rows and trial points, throughput's rows.
     rows: list[Row] = field(default_factory=list)
     tput: list[ThroughputRow] = field(default_factory=list)
     points: dict[tuple[str, str], list[TrialPoint]] = field(default_factory=dict)
+    # A kitctl artifact's recorded "configuration", typed (its benchmark's own keys in `.own`); a
+    # reference file's is `reference.config(doc)`.
+    config: RecordedConfig = field(default_factory=RecordedConfig)
+
+    @property
+    def kit_results(self) -> list[dict[str, Any]]:
+        """A kitctl artifact's recorded cells ("results"); none for a reference file."""
+        return self.doc["results"] if self.kind == KITCTL else []
+
+    @property
+    def recorded_dataset(self) -> Any:
+        """The dataset its configuration records (None where it records none)."""
+        return self.config.dataset if self.kind == KITCTL else reference.config(self.doc).dataset
 
     @property
     def is_kitctl(self) -> bool:
@@ -112,11 +130,12 @@ def _from_kitctl(path: Path, doc: dict[str, Any]) -> Source:
         limit_mib=budget.get("limit_mib") if budget else None,
         budget_mib=budget.get("budget_mib") if budget else None,
         emulated=bool(budget and budget.get("emulated_smaller_card")))
-    if src.benchmark == "maxbatch":
-        src.rows = maxbatch_rows(doc)
-        src.points = {(c["engine"], c["precision"]): trial_points(c) for c in doc["results"]}
-    else:
-        src.tput = throughput_rows(doc)
+    bench = benchmarks.get(src.benchmark)
+    if bench is None:  # the schema names every benchmark; one it names that this kitctl lacks
+        raise ArtifactError(f"{path}: benchmark {src.benchmark!r} is not one this kitctl knows")
+    src.config = RecordedConfig.of(doc["configuration"], bench.recorded)
+    if bench.load_rows is not None:
+        bench.load_rows(src, doc)
     return src
 
 
@@ -129,7 +148,7 @@ def _from_reference(path: Path, doc: dict[str, Any]) -> Source:
         total = gpu.get("memory_total_mib")
         cap = reference.cap_mib(doc)
         src = Source(
-            path=path, kind=REFERENCE, doc=doc, benchmark="maxbatch", state="reference",
+            path=path, kind=REFERENCE, doc=doc, benchmark=reference.BENCHMARK, state="reference",
             created=_stamp_iso(doc.get("run_id")) or doc.get("created_utc"), gpu_name=gpu.get("name"),
             card_total_mib=float(total) if isinstance(total, (int, float)) else None,
             limit_mib=float(total) if isinstance(total, (int, float)) else None,

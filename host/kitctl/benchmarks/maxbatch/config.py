@@ -13,6 +13,19 @@ DEFAULT_MAX_BATCH = 1 << 20
 
 
 @dataclass(frozen=True)
+class MaxbatchRecorded:
+    """Max-batch's own "configuration" keys as an artifact recorded them, for reports: each value as
+    written, a missing key the default a reader prints (see kitctl.core.recorded; `MaxbatchConfig`
+    below is the strict, checked side)."""
+
+    start_batch: Any = None
+    max_batch: Any = None
+    calibration_batch: Any = None
+    strategy: Any = None
+    steps: Any = "?"  # what one candidate runs, as text ("one warm-up step, one measured step")
+
+
+@dataclass(frozen=True)
 class MaxbatchConfig:
     run: RunConfig
     start_batch: int

@@ -1,20 +1,38 @@
-"""Max-batch's part of `kitctl report`: the "Result" table of one artifact and its ratios."""
+"""Max-batch's part of `kitctl report`, `results list` and the overview: the "Result" table of one
+artifact, its ratios, its rows of "What is measured", its caveats (reached through the hooks on
+`Benchmark`, never by name). Also what the reference runner's max-batch files render through."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...core.tables import Ratio, engine_label
-from ...reports.format import mib, table
-from .table import Row, ratio_pairs
+from ...reports import reference
+from ...reports.format import cell_label, fmt_int, join, mib, table
+from .table import CAPACITY_STATUSES, MEMORY_FAILURES, Row, failures_below_pass, maxbatch_rows, peak_inversions, \
+    ratio_pairs, trial_points
 
 if TYPE_CHECKING:  # the report shell's type; importing it here would make reports and benchmarks a cycle
     from ...reports.sources import Source
+
+QUESTION = "the largest training batch that completes one real step (forward, backward, optimizer update)"
+
+
+def load_rows(src: Source, doc: dict[str, Any]) -> None:
+    src.rows = maxbatch_rows(doc)
+    src.points = {(c["engine"], c["precision"]): trial_points(c) for c in doc["results"]}
 
 
 def row_value(r: Row) -> str:
     if r.has_figure:
         return r.figure_text
     return "none" if r.search_status in ("invalid_non_memory_failure", "no_passing_batch") else "—"
+
+
+def cells(src: Source) -> list[tuple[str, str, str, tuple[float, bool] | None]]:
+    """Each row's max batch as the overview shows it; a censored one is a lower bound."""
+    return [(r.engine, r.precision, row_value(r),
+             (float(r.max_batch), r.search_status == "censored_at_max_batch") if r.has_figure else None)  # type: ignore[arg-type]
+            for r in src.rows]
 
 
 def result_table(src: Source) -> list[str]:
@@ -45,3 +63,93 @@ def result_table(src: Source) -> list[str]:
 
 def ratios(sources: list[Source]) -> list[Ratio]:
     return ratio_pairs([r for s in sources for r in s.rows])
+
+
+def meta_count(src: Source) -> str:
+    d = src.doc
+    cands = sum(len(c.get("trials", [])) for c in d["results"])
+    calib = sum(1 for c in d["results"] if c.get("calibration"))
+    return f"{cands} candidates" + (f" + {calib} calibration" if calib else "")
+
+
+def measured_steps(src: Source) -> list[list[str]]:
+    return [["Steps per candidate", src.config.own.steps]]
+
+
+def measured_rules(src: Source, fresh: str) -> list[list[str]]:
+    d, cfg, own = src.doc, src.config, src.config.own
+    gate = ("device delta ≤ B" if src.budget_mib is not None else
+            "no host OOM kill under --memory-limit" if cfg.memory_limit_mib else "no memory failure")
+    rows = [["Capacity rule", f"a candidate passes ⇔ exit 0, status `ok`, finite losses, {gate}; "
+             f"each candidate is {fresh} ({d['runtime']['name']} runtime)"]]
+    strategy = own.strategy
+    if strategy == "protocol":
+        rule = (f"`protocol`: start at {fmt_int(own.start_batch)}; double until the first failure or "
+                f"--max-batch {fmt_int(own.max_batch)}; bisect to resolution 1; verify that max + 1 "
+                f"fails; a timeout/crash/error is retried once, twice stops the engine")
+    else:
+        rule = f"`{strategy}` (start {fmt_int(own.start_batch)}, --max-batch {fmt_int(own.max_batch)})"
+    rows.append(["Search rule", rule])
+    return rows
+
+
+def caveats_results(src: Source) -> list[str]:
+    """Censored, invalid and unpassed searches, the reference's claims, retried failures."""
+    out: list[str] = []
+    for r in src.rows:
+        label = cell_label(r.engine, r.precision)
+        if r.search_status == "censored_at_max_batch":
+            out.append(f"**Censored search** — {label} passed at the largest batch allowed (--max-batch "
+                       f"{r.max_batch:,}) without a failure: {r.max_batch:,} is a lower bound, not a capacity.")
+        elif r.has_figure and r.reference_claim:
+            continue  # one caveat for all of them, below
+        elif r.search_status == "invalid_non_memory_failure":
+            out.append(f"**Non-memory failure** — {label}: the search ended on a failure that is not a memory "
+                       f"failure: {r.result.removeprefix('invalid: ')}; no capacity is reported for it.")
+        elif r.search_status == "no_passing_batch":
+            out.append(f"**No passing batch** — {label}: not even the smallest candidate passed.")
+    claims = [(cell_label(r.engine, r.precision), r) for r in src.rows if r.has_figure and r.reference_claim]
+    if claims:
+        out.append(reference.claim_caveat(claims))
+    for c in src.kit_results:
+        if c.get("search_status") in CAPACITY_STATUSES:
+            other = [t for t in c.get("trials", []) if t["status"] not in MEMORY_FAILURES and t["status"] != "ok"]
+            if other:
+                what = join([f"{t['status']} at {t['batch']:,}" for t in other])
+                out.append(f"**Retried failures** — {cell_label(c['engine'], c['precision'])}: {len(other)} "
+                           f"candidate(s) failed without a memory status ({what}) and were retried.")
+    return out
+
+
+def caveats_protocol(src: Source) -> list[str]:
+    """One search per cell; non-monotone pass/fail and peaks along the candidates."""
+    out = ["**One search** — each engine × precision was searched once and every candidate ran once; "
+           "the boundary was not repeated."]
+    for (engine, precision), pts in src.points.items():
+        label = cell_label(engine, precision)
+        for fail, ok in failures_below_pass(pts):
+            out.append(f"**Non-monotone pass/fail** — {label}: batch {fail.batch:,} failed ({fail.status}) "
+                       f"while the larger batch {ok.batch:,} passed; a bisection assumes every batch below a "
+                       f"pass passes, so the max batch may not be the largest that fits.")
+        inv = peak_inversions(pts)
+        if inv:
+            what = join([f"batch {a.batch:,} peaked at {a.peak_mib:,.0f} MiB, batch {b.batch:,} at "
+                          f"{b.peak_mib:,.0f} MiB" for a, b in inv])
+            out.append(f"**Note: peak memory is not monotone in the batch** — {label}: {what} — typically "
+                       f"allocator and convolution-algorithm choices that change with the batch.")
+    return out
+
+
+def headline(src: Source) -> str:
+    parts = []
+    for r in src.rows:
+        if r.has_figure:
+            v = r.figure_text
+        elif r.search_status == "invalid_non_memory_failure":
+            v = "invalid"
+        elif r.search_status == "no_passing_batch":
+            v = "no pass"
+        else:
+            v = "unfinished"
+        parts.append(f"{r.engine} {r.precision}: {v}")
+    return "; ".join(parts)

@@ -1,31 +1,23 @@
 """Runs a max-batch benchmark: per engine × precision, calibrate, search, record.
 
 The runner only sees `Runtime`, `Watcher`, a strategy and the artifact store: it never knows
-which runtime ran a candidate, nor whether a GPU is behind the watcher.
+which runtime ran a candidate, nor whether a GPU is behind the watcher. What every benchmark's
+runner shares (signals, saving after each unit, the loop over engines × precisions, cleanup) is
+`kitctl.runner.UnitRunner`; this module is max batch's cell.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Protocol, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
-from ...core import signals
-from ...core.artifact import ArtifactStore, utc_iso
 from ...core.budget import Budget, BudgetError, framework_budget, overhead_from
 from ...core.engines import Engine
 from ...core.outcome import SearchStatus, TrialOutcome
 from ...core.protocol import TrialRequest
 from ...core.watch import Watcher
-from ...runtimes.base import Runtime, RuntimeUnavailable
 from ...core.search import STRATEGIES, SearchConfig
 from ...core.signals import Interrupted  # noqa: F401  (re-exported: SIGINT/SIGTERM/SIGHUP during a run)
-
-
-class View(Protocol):
-    def candidate_started(self, engine: str, precision: str, batch: int, what: str) -> None: ...
-
-    def candidate_done(self, engine: str, precision: str, outcome: TrialOutcome, what: str) -> None: ...
-
-    def note(self, text: str) -> None: ...
+from ...runner import UnitRunner, find_cell
 
 
 @dataclass
@@ -39,17 +31,6 @@ class RunPlan:
     budget: Budget | None  # None on --device cpu
     calibration_batch: int = 16
     watcher_factory: Callable[[float | None], Watcher] | None = None  # budget → watcher
-
-
-def cell_key(engine: str, precision: str) -> str:
-    return f"{engine}/{precision}"
-
-
-def find_cell(doc: dict[str, Any], engine: str, precision: str) -> dict[str, Any] | None:
-    for c in doc["results"]:
-        if c["engine"] == engine and c["precision"] == precision:
-            return c
-    return None
 
 
 def replay_problem(trials: Sequence[dict[str, Any]], search: SearchConfig, strategy: str) -> str | None:
@@ -79,73 +60,10 @@ def new_cell(engine: str, precision: str) -> dict[str, Any]:
             "search_status": None, "reason": "", "peaks_at_max": None, "trials": []}
 
 
-@dataclass
-class Runner:
-    plan: RunPlan
-    runtime: Runtime
-    store: ArtifactStore
-    doc: dict[str, Any]
-    view: View
-    _installed: dict[int, Any] = field(default_factory=dict)
+class Runner(UnitRunner):
+    """Max batch's cell: calibrate (GPU), then search, one fresh candidate at a time."""
 
-    # -- signals: SIGTERM and SIGHUP take the same path as Ctrl-C ------------------------
-    def _install_signals(self) -> None:
-        self._installed = signals.install()
-
-    def _restore_signals(self) -> None:
-        signals.restore(self._installed)
-
-    def save(self) -> None:
-        self.doc["updated_utc"] = utc_iso()
-        self.store.save_partial(self.doc)
-
-    # -- the run -----------------------------------------------------------------------
-    def run(self) -> dict[str, Any]:
-        self._install_signals()
-        try:
-            self.doc["state"] = "running"
-            self.save()  # a new run's first write: its partial appears, whole and locked
-            self.view.note(f"partial artifact: {self.store.partial}")
-            for engine in self.plan.engines:
-                for precision in self.plan.precisions:
-                    self._run_cell(engine, precision)
-            self.doc["state"] = "complete"
-            self.doc["finished_utc"] = utc_iso()
-            return self.doc
-        except (Interrupted, KeyboardInterrupt) as exc:
-            # A second signal must not lose the partial: from here on they are ignored.
-            signals.stop_interrupting()
-            why = str(exc) or "SIGINT"
-            if self.store.claimed:  # else nothing was written, and nothing will be
-                self.doc["state"] = "interrupted"
-                self.doc["interrupted_by"] = why
-                self.save()
-            raise Interrupted(why) from None
-        except RuntimeUnavailable as exc:
-            # The runtime went away mid-run (daemon stopped, GPU runtime missing): keep the
-            # partial resumable and let the CLI say it in one line.
-            if self.store.claimed:
-                self.doc["state"] = "interrupted"
-                self.doc["interrupted_by"] = f"runtime unavailable: {exc}"
-                self.save()
-            raise
-        finally:
-            self._restore_signals()
-            self.runtime.close()
-
-    def _request(self, engine: Engine, precision: str, batch: int, budget_mib: int | None) -> TrialRequest:
-        return replace(self.plan.base_request, engine=engine.name, mode=engine.mode, batch=batch,
-                       precision=precision, memory_budget_mib=budget_mib)
-
-    def _watcher(self) -> Watcher | None:
-        if self.plan.watcher_factory is None or self.plan.budget is None:
-            return None
-        return self.plan.watcher_factory(self.plan.budget.budget_mib)
-
-    def _record_versions(self, engine: Engine, outcome: TrialOutcome) -> None:
-        ent = self.doc["engines"][engine.name]
-        if outcome.result and outcome.result.get("versions") and not ent.get("versions"):
-            ent["versions"] = outcome.result["versions"]
+    plan: RunPlan  # type: ignore[assignment]
 
     def _calibrate(self, engine: Engine, precision: str, cell: dict[str, Any]) -> int | None:
         """Overhead = device-delta peak − framework peak at a small batch (GPU only)."""

@@ -1,9 +1,5 @@
-"""Training throughput: steady-state images/s at one batch, per engine × precision, over fresh runs."""
-from .. import Benchmark, register
-from . import report
-from .command import throughput
-from .config import ThroughputConfig
+"""Training throughput: steady-state images/s at one batch, per engine × precision, over fresh runs.
 
-register(Benchmark(name="throughput", title="Training throughput", config=ThroughputConfig, command=throughput,
-                   report_result=report.result_table, report_ratios=report.ratios, ratio_what="median images/s",
-                   report_unit="images/s (median)"))
+Its `benchmark.py` registers it (the registry imports it: kitctl.benchmarks.BUILTIN); this package
+itself imports nothing, so the reports can import its modules (rows, tables) without an import cycle.
+"""

@@ -69,3 +69,15 @@ class ThroughputConfig:
         from .run import replay_problem
 
         return replay_problem(cell, self.batch, self.runs)
+
+
+@dataclass(frozen=True)
+class ThroughputRecorded:
+    """Throughput's own "configuration" keys as an artifact recorded them, for reports: each value as
+    written, a missing key None (see kitctl.core.recorded; `ThroughputConfig` above is the strict side)."""
+
+    batch: Any = None
+    runs: Any = None
+    warmup_steps: Any = None
+    steps: Any = None
+    ci_level: Any = None

@@ -1,14 +1,27 @@
-"""Throughput's part of `kitctl report`: the "Result" table of one artifact and its ratios."""
+"""Throughput's part of `kitctl report`, `results list` and the overview: the "Result" table of one
+artifact, its ratios, its rows of "What is measured" and its caveats (reached through the hooks on
+`Benchmark`, never by name)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...core.tables import Ratio, engine_label
-from ...reports.format import fmt_int, num, table
-from .table import throughput_ratio_pairs
+from ...reports.format import cell_label, fmt_int, join, num, table
+from .table import throughput_ratio_pairs, throughput_rows
 
 if TYPE_CHECKING:  # the report shell's type; importing it here would make reports and benchmarks a cycle
     from ...reports.sources import Source
+
+QUESTION = "steady-state training images/s at a fixed batch"
+
+
+def load_rows(src: Source, doc: dict[str, Any]) -> None:
+    src.tput = throughput_rows(doc)
+
+
+def cells(src: Source) -> list[tuple[str, str, str, tuple[float, bool] | None]]:
+    """Each row's median images/s as the overview shows it."""
+    return [(t.engine, t.precision, num(t.median), (t.median, False) if t.median else None) for t in src.tput]
 
 
 def result_table(src: Source) -> list[str]:
@@ -28,3 +41,44 @@ def result_table(src: Source) -> list[str]:
 
 def ratios(sources: list[Source]) -> list[Ratio]:
     return throughput_ratio_pairs([t for s in sources for t in s.tput])
+
+
+def meta_count(src: Source) -> str:
+    return f"{sum(len(c.get('runs') or []) for c in src.doc['results'])} runs"
+
+
+def measured_rules(src: Source, fresh: str) -> list[list[str]]:
+    own = src.config.own
+    return [["Speed rule", f"batch {fmt_int(own.batch)}; {fmt_int(own.warmup_steps)} warm-up "
+             f"steps, then {fmt_int(own.steps)} timed steps; images/s = images ÷ timed window; "
+             f"{fmt_int(own.runs)} runs, each {fresh}; median and a confidence interval of the "
+             "median over runs"
+             + (f" (requested {own.ci_level * 100:g}%; each cell states the level it reaches)"
+                if isinstance(own.ci_level, (int, float)) else "")]]
+
+
+def caveats_protocol(src: Source) -> list[str]:
+    """Single runs, failed cells, intervals below the requested level."""
+    out: list[str] = []
+    single = [cell_label(t.engine, t.precision) for t in src.tput if t.runs == 1]
+    if single:
+        out.append(f"**One run only** — {join(single)}: a single run, so no confidence interval; "
+                   f"repeat with more runs before comparing.")
+    for c in src.kit_results:
+        if c.get("status") == "failed":
+            out.append(f"**Failed** — {cell_label(c['engine'], c['precision'])}: {c.get('reason') or 'a run failed'}; "
+                       f"no figure is reported for it and none of its runs is averaged in.")
+    low = [f"{cell_label(c['engine'], c['precision'])} ({(c.get('summary') or {})['ci_level'] * 100:.2f}%)"
+           for c in src.kit_results if isinstance((c.get("summary") or {}).get("ci_level"), (int, float))
+           and isinstance((c.get("summary") or {}).get("ci_requested_level"), (int, float))
+           and c["summary"]["ci_level"] < c["summary"]["ci_requested_level"]]
+    if low:
+        out.append(f"**Interval below the requested level** — {join(low)}: too few runs for a "
+                   f"distribution-free interval at the requested level; the min–max interval and its actual "
+                   f"confidence level are shown.")
+    return out
+
+
+def headline(src: Source) -> str:
+    return "; ".join(f"{t.engine} {t.precision}: " + (f"{t.median:,.0f} img/s" if t.median else "no result")
+                     for t in src.tput)

@@ -17,7 +17,7 @@ from ...core.budget import Budget
 from ...core.engines import Engine
 from ...core.outcome import Status, TrialOutcome
 from ...core.protocol import TrialRequest
-from ..maxbatch.run import Runner, find_cell
+from ...runner import UnitRunner, find_cell
 from ...core.watch import Watcher
 from ...core.stats import median, summarize
 
@@ -81,8 +81,8 @@ def _max(xs: list[Any]) -> float | None:
     return max(vals) if vals else None
 
 
-class ThroughputRunner(Runner):
-    """The max-batch runner's signals, saving and runtime handling; a different cell."""
+class ThroughputRunner(UnitRunner):
+    """Throughput's cell: `runs` fresh runs at one batch (signals, saving, cleanup: UnitRunner's)."""
 
     plan: ThroughputPlan  # type: ignore[assignment]
 

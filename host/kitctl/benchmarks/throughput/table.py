@@ -6,7 +6,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ...core.recorded import read_view
 from ...core.tables import Ratio, engine_label, pair_ratios
+from .config import ThroughputRecorded
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,7 @@ def throughput_rows(doc: dict[str, Any]) -> list[ThroughputRow]:
     """One row per engine × precision of a throughput artifact: `runs[]` (images_per_second,
     warmup_seconds) and `summary` (median, min, max, std, ci_low, ci_high, ci_level)."""
     rows = []
-    default_batch = (doc.get("configuration") or {}).get("batch")
+    default_batch = read_view(ThroughputRecorded, doc.get("configuration")).batch
     for c in doc["results"]:
         runs = [r for r in c.get("runs") or [] if _num(r.get("images_per_second")) is not None]
         ips = [float(r["images_per_second"]) for r in runs]
