@@ -4,7 +4,9 @@ tests/data/committed-renders.json holds, per rendering, the sha256 of what main'
 before the typed configuration view and the benchmark hooks) produced: `kitctl report` of each
 file alone and of each benchmark's files together (with plots: their names, titles and data),
 `kitctl compare` of every pair of one benchmark (with and without --force) and `kitctl results
-list`. A rendering that raised is recorded as its exception's type. Files added to results/ later
+list`. Regenerated once on purpose since: after the throughput partial caveat (resume command,
+runs so far) and the cuDNN autotuning row (engines whose trial turns it on) were fixed — only those
+six renderings changed — and with the artifacts added to results/ that day. A rendering that raised is recorded as its exception's type. Files added to results/ later
 are not in the snapshot and are not checked here (the typed-view test below still reads them).
 Regenerate only on purpose: `KITCTL_UPDATE_RENDERS=1 python3 -m pytest -q tests/test_committed_renders.py`.
 """

@@ -92,6 +92,10 @@ class Benchmark:
     # (source, isolation: "a fresh container"/"a fresh subprocess") -> its rules after Precision
     measured_rules: Callable[[Any, str], list[list[str]]] = _none
     caveats_results: Callable[[Any], list[str]] = _none  # caveats of its figures (after partial/resumed)
+    # An interrupted result's caveat: what one unit is called, and (source, unfinished cell) -> its progress
+    cell_noun: str = "engine × precision cells"  # "2 of 4 <cell_noun> finished"
+    unfinished_figure: str = "result"  # "Nothing in an unfinished row is a <unfinished_figure>"
+    progress: Callable[[Any, dict[str, Any]], str] = lambda src, cell: ""  # "3 candidates so far, largest pass 64"
     caveats_protocol: Callable[[Any], list[str]] = _none  # caveats of its protocol (after the TF32 one)
     # Source -> one headline of `kitctl results list` ("pytorch-eager fp32: 1,234; …"); "" → "—"
     headline: Callable[[Any], str] = lambda src: ""

@@ -20,7 +20,6 @@ from . import reference
 from .format import cell_label, fmt_int, heading, join, num, table
 from .plots import PlotFile
 from .sources import KITCTL, Source
-from ..core.outcome import MEMORY_FAILURES
 from ..core.tables import Ratio, engine_label
 
 _MODEL_NAMES = {"resnet50": "ResNet-50"}
@@ -303,6 +302,7 @@ def caveats(src: Source) -> list[str]:
 
 def _partial_caveat(src: Source) -> str:
     d = src.doc
+    bench = benchmarks.get(src.benchmark)
     by = f" by {d['interrupted_by']}" if d.get("interrupted_by") else ""
     done = [c for c in d["results"] if c.get("state") == "done"]
     planned = len(src.config.engines) * len(src.config.precisions)
@@ -310,22 +310,15 @@ def _partial_caveat(src: Source) -> str:
     for c in d["results"]:
         if c.get("state") == "done":
             continue
-        trials = c.get("trials", [])
-        ok = [t["batch"] for t in trials if t["status"] == "ok"]
-        mem = [t["batch"] for t in trials if t["status"] in MEMORY_FAILURES]
-        bits = [f"{len(trials)} candidates so far"]
-        if ok:
-            bits.append(f"largest pass {max(ok):,}")
-        if mem:
-            bits.append(f"smallest memory failure {min(mem):,}")
-        unfinished.append(f"{cell_label(c['engine'], c['precision'])} ({', '.join(bits)})")
-    resume = (f"`kitctl run maxbatch --resume {src.name}`" if src.name.endswith(".partial.json")
-              else "`kitctl run maxbatch --resume` on its `.partial.json`")
-    text = (f"**Partial result** — the artifact is `{src.state}`{by}: {len(done)} of {planned} engine × precision "
-            f"searches finished")
+        progress = bench.progress(src, c)
+        unfinished.append(cell_label(c["engine"], c["precision"]) + (f" ({progress})" if progress else ""))
+    run = f"kitctl run {src.benchmark} --resume"
+    resume = f"`{run} {src.name}`" if src.name.endswith(".partial.json") else f"`{run}` on its `.partial.json`"
+    text = (f"**Partial result** — the artifact is `{src.state}`{by}: {len(done)} of {planned} {bench.cell_noun} "
+            f"finished")
     if unfinished:
         text += f"; unfinished: {'; '.join(unfinished)}"
-    return text + f". Nothing in an unfinished row is a capacity; continue with {resume}."
+    return text + f". Nothing in an unfinished row is a {bench.unfinished_figure}; continue with {resume}."
 
 
 # ---- what is measured, machine, reproduce ---------------------------------------------------
@@ -410,9 +403,24 @@ def _measured_kitctl(src: Source) -> list[list[str]]:
     if rates:
         rows.append(["VRAM sampler", f"NVML, {min(rates):,.0f}–{max(rates):,.0f} samples/s achieved over "
                      f"{len(rates)} trials incl. calibration (target ≥ 500)"])
-    rows.append(["cuDNN autotuning", "on (--cudnn-benchmark)" if cfg.cudnn_benchmark else "off"])
+    rows.append(["cuDNN autotuning", _cudnn_row(src, cfg.cudnn_benchmark)])
     rows.append(["Timeout", f"{num(cfg.timeout_s)} s per candidate"])
     return rows
+
+
+def _cudnn_row(src: Source, flag: bool) -> str:
+    """The run's flag, and the engines whose trials turned autotuning on without it (a throughput fair
+    path does: the trial records settings.cudnn_benchmark and why)."""
+    if flag:
+        return "on (--cudnn-benchmark)"
+    results = [r for c in _kit_cells(src) for u in list(c.get("trials") or []) + list(c.get("runs") or [])
+               if isinstance(u, dict) and isinstance(r := u.get("result"), dict)
+               and isinstance(r.get("settings"), dict) and r["settings"].get("cudnn_benchmark") is True]
+    own = sorted({r.get("engine") for r in results if r.get("engine")})
+    if not own:
+        return "off"
+    return (f"off (--cudnn-benchmark not given); on in {join([f'`{e}`' for e in own])}: "
+            "its trial turns it on (settings.cudnn_benchmark_source)")
 
 
 def _measured_reference(src: Source) -> list[list[str]]:

@@ -10,5 +10,6 @@ register(Benchmark(name="maxbatch", title="Max batch", config=MaxbatchConfig, co
                    cells=report.cells, question=report.QUESTION, meta_count=report.meta_count,
                    measured_steps=report.measured_steps, measured_rules=report.measured_rules,
                    caveats_results=report.caveats_results, caveats_protocol=report.caveats_protocol,
+                   progress=report.progress, cell_noun="engine × precision searches", unfinished_figure="capacity",
                    headline=report.headline, compare=compare.COMPARER, plots_of=plots.plots_of,
                    plots=plots.plots_overview, engine_cells=True))

@@ -153,3 +153,16 @@ def headline(src: Source) -> str:
             v = "unfinished"
         parts.append(f"{r.engine} {r.precision}: {v}")
     return "; ".join(parts)
+
+
+def progress(src: Source, cell: dict[str, Any]) -> str:
+    """An unfinished search: its candidates so far and the bracket they make."""
+    trials = cell.get("trials", [])
+    ok = [t["batch"] for t in trials if t["status"] == "ok"]
+    mem = [t["batch"] for t in trials if t["status"] in MEMORY_FAILURES]
+    bits = [f"{len(trials)} candidates so far"]
+    if ok:
+        bits.append(f"largest pass {max(ok):,}")
+    if mem:
+        bits.append(f"smallest memory failure {min(mem):,}")
+    return ", ".join(bits)

@@ -9,5 +9,6 @@ register(Benchmark(name="throughput", title="Training throughput", config=Throug
                    report_unit="images/s (median)", recorded=ThroughputRecorded, load_rows=report.load_rows,
                    cells=report.cells, question=report.QUESTION, meta_count=report.meta_count,
                    measured_rules=report.measured_rules, caveats_protocol=report.caveats_protocol,
+                   progress=report.progress, unfinished_figure="throughput figure",
                    headline=report.headline, compare=compare.COMPARER, plots_of=plots.plots_of,
                    engine_cells=True))

@@ -82,3 +82,9 @@ def caveats_protocol(src: Source) -> list[str]:
 def headline(src: Source) -> str:
     return "; ".join(f"{t.engine} {t.precision}: " + (f"{t.median:,.0f} img/s" if t.median else "no result")
                      for t in src.tput)
+
+
+def progress(src: Source, cell: dict[str, Any]) -> str:
+    """An unfinished cell: how many of its runs measured a figure."""
+    done = sum(1 for r in cell.get("runs") or [] if r.get("images_per_second") is not None)
+    return f"{done} of {fmt_int(src.config.own.runs)} runs so far"
