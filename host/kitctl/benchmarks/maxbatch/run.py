@@ -58,15 +58,34 @@ def replay_problem(trials: Sequence[dict[str, Any]], search: SearchConfig, strat
     Replays the strategy over them: the i-th candidate must be the batch it asks for after the
     first i − 1, and none may follow its decision to stop."""
     decide = STRATEGIES[strategy]
-    history: list[tuple[int, Any]] = []
+    history: list[tuple] = []
     for i, t in enumerate(trials, 1):
         d = decide(history, search)
         if d.done:
             return f"candidate {i} (batch {t['batch']}) comes after the search had ended"
         if d.batch != t["batch"]:
             return f"candidate {i} ran batch {t['batch']} where the search asks for batch {d.batch}"
-        history.append((t["batch"], TrialOutcome.from_json(t).status))
+        history.append(trial_entry(t))
     return None
+
+
+def trial_entry(t: dict[str, Any]) -> tuple:
+    """A recorded candidate as the search sees it: (batch, status, device-delta peak)."""
+    out = TrialOutcome.from_json(t)
+    return (out.batch, out.status, out.peaks.device_delta_mib)
+
+
+def cell_search(search: SearchConfig, cell: dict[str, Any]) -> SearchConfig:
+    """The search of one cell: what `guided` aims at (the gate's budget, recorded in the cell as
+    `search_target_mib`) and its free data point (the calibration candidate's peak)."""
+    target = cell.get("search_target_mib")
+    cal = cell.get("calibration")
+    anchor = None
+    if cal is not None and cal.get("status") == "ok":
+        peak = (cal.get("peaks") or {}).get("device_delta_mib")
+        if peak is not None:
+            anchor = (int(cal["batch"]), float(peak))
+    return replace(search, target_mib=target, anchor=anchor)
 
 
 def _summary(cell: dict[str, Any]) -> str:
@@ -192,14 +211,17 @@ class Runner:
             self.view.note(f"{engine.name} {precision}: {cell['reason']}")
             return
         decide = STRATEGIES[self.plan.strategy]
-        history = [(t["batch"], TrialOutcome.from_json(t).status) for t in cell["trials"]]
+        if self.plan.budget is not None and cell.get("search_target_mib") is None:
+            cell["search_target_mib"] = self.plan.budget.budget_mib
+        search = cell_search(self.plan.search, cell)
+        history = [trial_entry(t) for t in cell["trials"]]
         while True:
-            d = decide(history, self.plan.search)
+            d = decide(history, search)
             if d.done:
                 self._finish(cell, d.status, d.max_batch, d.next_batch, d.reason)
                 return
             req = self._request(engine, precision, d.batch, fw_budget)
-            attempt = 1 + sum(1 for b, _ in history if b == d.batch)
+            attempt = 1 + sum(1 for t in history if t[0] == d.batch)
             what = "retry" if attempt > 1 else "search"
             self.view.candidate_started(engine.name, precision, d.batch, what)
             out = self.runtime.run(req, timeout_s=self.plan.timeout_s, watcher=self._watcher())
@@ -207,7 +229,7 @@ class Runner:
             self.view.candidate_done(engine.name, precision, out, what)
             self._record_versions(engine, out)
             cell["trials"].append(out.to_json())
-            history.append((out.batch, out.status))
+            history.append((out.batch, out.status, out.peaks.device_delta_mib))
             self.save()
 
     def _finish(self, cell: dict[str, Any], status: SearchStatus, max_batch: int | None,
