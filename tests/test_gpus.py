@@ -169,3 +169,65 @@ def test_two_fake_nvml_gpus_and_real_cpu_trials(tmp_path):
         baseline = c["calibration"]["peaks"]["baseline_mib"]
         assert baseline == (500.0 if c["calibration"]["gpu"]["uuid"] == UUIDS[0] else 900.0)
         assert all(t["status"] == "ok" and t["result"]["versions"] for t in c["trials"])
+
+
+# -- the CLI: `kitctl run maxbatch --gpus`, in a real process whose NVML is the named fake --------
+
+import json  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+TESTS = Path(__file__).resolve().parent
+FAKE_MAIN = """
+import sys
+sys.path.insert(0, {tests!r})
+from fake_nvml import FakeDevice, FakeNvmlLib
+import kitctl.core.gpu as g
+real = g.Nvml
+devices = [FakeDevice({a!r}), FakeDevice({b!r}, pci_bus_id="00000000:19:00.0"){third}]
+g.Nvml = lambda lib=None: real(lib=FakeNvmlLib(devices))
+from kitctl.cli import main
+main()
+"""
+
+
+def fake_kitctl(tmp_path: Path, *args: str, third: str = "") -> subprocess.CompletedProcess:
+    code = FAKE_MAIN.format(tests=str(TESTS), a=UUIDS[0], b=UUIDS[1], third=third)
+    env = dict(os.environ, COLUMNS="200", PYTHONPATH=os.pathsep.join(sys.path))
+    return subprocess.run([sys.executable, "-c", code, "run", "maxbatch", "--runtime", "local",
+                           "--results-dir", str(tmp_path / "results"), *args],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+
+
+@pytest.mark.parametrize("args, third, match", [
+    (["--gpus", "0,0"], "", "GPU 0 is listed twice"),
+    (["--gpus", "0,7"], "", "--gpus: 7: no such GPU"),
+    (["--gpus", "0,,1"], "", "--gpus takes indices or UUIDs"),
+    (["--gpus", "all,1"], "", "--gpus takes indices or UUIDs"),
+    (["--gpus", "0,1", "--device", "cpu"], "", "needs --device cuda"),
+    (["--gpus", "0,1", "--gpu", "1"], "", "--gpu and --gpus: give one"),
+    (["--gpus", "0"], "", "list at least two GPUs"),
+    (["--gpus", "all"], ', FakeDevice("GPU-c", name="NVIDIA H100 80GB HBM3")', "not the same kind of card"),
+])
+def test_gpus_refusals_are_one_line_exit_2_nothing_written(tmp_path, args, third, match):
+    p = fake_kitctl(tmp_path, "--engines", "pytorch-eager", *args, third=third)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert "Traceback" not in p.stderr and len(p.stderr.splitlines()) == 1, p.stderr
+    assert match in p.stderr
+    assert not (tmp_path / "results").exists() or not any((tmp_path / "results").iterdir())
+
+
+def test_gpus_all_places_cells_on_both_gpus_and_records_them(tmp_path):
+    # This host has no CUDA, so each real trial fails at its calibration (one candidate per
+    # cell): enough to see both cells start on different GPUs, side by side, and be recorded.
+    p = fake_kitctl(tmp_path, "--engines", "pytorch-eager", "--precision", "both", "--gpus", "all",
+                    "--start-batch", "2", "--max-batch", "4", "--calibration-batch", "2")
+    assert "Traceback" not in p.stderr, p.stderr
+    [art] = list((tmp_path / "results").glob("maxbatch-*.json"))
+    doc = json.loads(art.read_text())
+    assert doc["configuration"]["gpus"] == "all"
+    assert [g["uuid"] for g in doc["host"]["gpus"]] == UUIDS
+    cal = {c["precision"]: c["calibration"]["gpu"] for c in doc["results"]}
+    assert {g["uuid"] for g in cal.values()} == set(UUIDS)
+    assert all(c["search_status"] == "invalid_non_memory_failure" for c in doc["results"])

@@ -15,7 +15,7 @@ from ...runconfig import (O_CUDNN, O_DATA_DIR, O_DATASET, O_DEVICE, O_ENGINES, O
                           O_RESULTS_DIR, O_RESUME, O_RUNTIME, O_TIMEOUT, O_VRAM_LIMIT, Dataset, Device,
                           GpuRequestName, Precision, RuntimeName)
 from .config import DEFAULT_MAX_BATCH, MaxbatchConfig
-from .run import Runner, RunPlan
+from .run import Lane, Runner, RunPlan
 from .table import all_have_capacity, print_table
 
 
@@ -43,6 +43,9 @@ def maxbatch(
     results_dir: Path = O_RESULTS_DIR,
     resume: Optional[Path] = O_RESUME,
     gpu_request: GpuRequestName = O_GPU_REQUEST,
+    gpus: Optional[str] = typer.Option(None, help="Several GPUs of this host, e.g. 0,1 or all: cells run side "
+                                       "by side, one per GPU, each GPU with its own baseline, sampler, "
+                                       "gate and calibration (cards of one model)."),
 ) -> None:
     """Largest training batch that completes one ResNet-50 step, per engine and precision."""
     console = Console(highlight=False)
@@ -51,14 +54,18 @@ def maxbatch(
                      lambda: MaxbatchConfig.from_flags(engines, precision.value, device.value, vram_limit, reserve,
                                                        start_batch, max_batch, timeout, runtime.value, dataset.value,
                                                        data_dir, cudnn_benchmark, memory_limit, calibration_batch,
-                                                       strategy, gpu, gpu_request.value),
+                                                       strategy, gpu, gpu_request.value, gpus),
                      gpu_request=gpu_request.value)
     cfg: MaxbatchConfig = s.config
     plan = RunPlan(engines=s.engines, precisions=list(cfg.run.precisions),
                    base_request=launch.base_request("maxbatch", cfg.run, batch=1), search=cfg.search,
                    strategy=cfg.strategy, timeout_s=cfg.run.timeout_s, budget=s.gpuctx.budget if s.gpuctx else None,
                    calibration_batch=cfg.calibration_batch, watcher_factory=launch.watcher_factory(s.gpuctx))
-    runner = Runner(plan, s.rt, s.store, s.doc, launch.make_view(console, s))
+    lanes = None
+    if s.gpus:
+        lanes = [Lane(rt, ctx.budget, launch.watcher_factory(ctx), {"index": ctx.info.index, "uuid": ctx.info.uuid})
+                 for ctx, rt in s.gpus]
+    runner = Runner(plan, s.rt, s.store, s.doc, launch.make_view(console, s), lanes=lanes)
     doc, final = launch.execute(runner, s.store)
     print_table(console, cfg.run.model, cfg.run.dataset, doc, final)
     raise typer.Exit(EXIT_OK if all_have_capacity(doc) else EXIT_INCOMPLETE)

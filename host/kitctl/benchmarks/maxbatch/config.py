@@ -19,9 +19,11 @@ class MaxbatchConfig:
     max_batch: int
     calibration_batch: int
     strategy: str
+    gpus: str | None = None  # --gpus "0,1" | "all" | UUIDs: one lane per GPU (None: one GPU)
 
     OWN_KEYS: ClassVar[dict[str, tuple[type, ...]]] = {"start_batch": INT, "max_batch": INT,
-                                                        "calibration_batch": INT, "strategy": STR}
+                                                        "calibration_batch": INT, "strategy": STR,
+                                                        "gpus": STR + (type(None),)}
     # The recorded settings a resume must find exactly as a run with them would write them.
     SETTINGS: ClassVar[tuple[str, ...]] = (*COMMON_KEYS, *OWN_KEYS, "seed", "ci_level")
 
@@ -30,8 +32,18 @@ class MaxbatchConfig:
                    start_batch: int, max_batch: int, timeout: float | None, runtime: str, dataset: str,
                    data_dir: str | None, cudnn_benchmark: bool, memory_limit: int | None,
                    calibration_batch: int, strategy: str, gpu: str | None,
-                   gpu_request: str | None = None) -> MaxbatchConfig:
+                   gpu_request: str | None = None, gpus: str | None = None) -> MaxbatchConfig:
         names = engine_names(engines)
+        if gpus is not None:
+            tokens = [t.strip() for t in gpus.split(",")]
+            if not all(tokens) or ("all" in tokens and len(tokens) > 1):
+                raise Fail(f"--gpus takes indices or UUIDs separated by commas, or all (got {gpus!r})")
+            if device != "cuda":
+                raise Fail("--gpus places candidates on GPUs: it needs --device cuda")
+            first = None if gpus.strip() == "all" else tokens[0]
+            if gpu is not None and gpu != first:
+                raise Fail("--gpu and --gpus: give one (the run starts on the first GPU --gpus lists)")
+            gpus, gpu = ",".join(tokens), first
         check_min_batch("--start-batch", start_batch)
         if max_batch <= 0:
             raise Fail(f"--max-batch must be > 0 (got {max_batch})")
@@ -45,19 +57,20 @@ class MaxbatchConfig:
                      ("--calibration-batch", calibration_batch))
         run = RunConfig.from_flags(names, precision, device, gpu, vram_limit, reserve, timeout, runtime, dataset,
                                    data_dir, cudnn_benchmark, memory_limit, gpu_request)
-        return cls(run, start_batch, max_batch, calibration_batch, strategy)
+        return cls(run, start_batch, max_batch, calibration_batch, strategy, gpus)
 
     @classmethod
     def from_json(cls, recorded: dict[str, Any]) -> MaxbatchConfig:
         """The configuration a run with a partial's settings would have; Fail where no run could."""
+        recorded = {"gpus": None, **recorded}  # partials from before --gpus ran on one GPU
         flags = RunConfig.flags_of_json(recorded, cls.OWN_KEYS)
         return cls.from_flags(start_batch=recorded["start_batch"], max_batch=recorded["max_batch"],
                               calibration_batch=recorded["calibration_batch"], strategy=recorded["strategy"],
-                              **flags)
+                              gpus=recorded.get("gpus"), **flags)
 
     def to_json(self) -> dict[str, Any]:
         return {**self.run.json_head(), "start_batch": self.start_batch, "max_batch": self.max_batch,
-                "calibration_batch": self.calibration_batch, "strategy": self.strategy,
+                "calibration_batch": self.calibration_batch, "strategy": self.strategy, "gpus": self.gpus,
                 "steps": "one warm-up step, one measured step", **self.run.json_tail()}
 
     def with_run(self, run: RunConfig) -> MaxbatchConfig:
