@@ -291,7 +291,7 @@ def prepare(benchmark: str, config: Any, doc: dict[str, Any] | None, store: Arti
     # Before the GPU's idle check: an orphaned local trial's memory is not idle.
     notes: list[str] = [f"killed an orphaned local trial: {o}" for o in sweep_local_orphans()]
     gpuctx = None
-    if run.device == "cuda":
+    if run.device == "cuda" and not getattr(config, "cluster", None):  # a cluster's GPUs are on its nodes
         if doc is None:
             gpuctx = open_gpu(run.gpu, run.vram_limit_mib, run.reserve_mib, require_gpu_idle, idle_threshold)
         else:

@@ -1,6 +1,7 @@
 """`kitctl run maxbatch`: its flags into a MaxbatchConfig, the run started through kitctl.launch."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -9,7 +10,8 @@ from rich.console import Console
 
 from ... import launch
 from ...core.search import STRATEGIES
-from ...errors import EXIT_INCOMPLETE, EXIT_OK
+from ...errors import EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, Fail, err
+from ...runtimes.base import RuntimeUnavailable
 from ...runconfig import (O_CUDNN, O_DATA_DIR, O_DATASET, O_DEVICE, O_ENGINES, O_GPU, O_GPU_REQUEST,
                           O_IDLE_THRESHOLD, O_MEMORY_LIMIT, O_PRECISION, O_PYTHON, O_REQUIRE_IDLE, O_RESERVE,
                           O_RESULTS_DIR, O_RESUME, O_RUNTIME, O_TIMEOUT, O_VRAM_LIMIT, Dataset, Device,
@@ -46,6 +48,10 @@ def maxbatch(
     gpus: Optional[str] = typer.Option(None, help="Several GPUs of this host, e.g. 0,1 or all: cells run side "
                                        "by side, one per GPU, each GPU with its own baseline, sampler, "
                                        "gate and calibration (cards of one model)."),
+    cluster: Optional[str] = typer.Option(None, help="ray://HOST:PORT or auto: each cell runs on a node of a Ray "
+                                          "cluster (needs the ray extra); one artifact here."),
+    gpu_model: Optional[str] = typer.Option(None, help="With --cluster: only nodes offering the custom resource "
+                                            "kitctl-gpu-model:<NAME>, e.g. H200."),
 ) -> None:
     """Largest training batch that completes one ResNet-50 step, per engine and precision."""
     console = Console(highlight=False)
@@ -54,7 +60,8 @@ def maxbatch(
                      lambda: MaxbatchConfig.from_flags(engines, precision.value, device.value, vram_limit, reserve,
                                                        start_batch, max_batch, timeout, runtime.value, dataset.value,
                                                        data_dir, cudnn_benchmark, memory_limit, calibration_batch,
-                                                       strategy, gpu, gpu_request.value, gpus),
+                                                       strategy, gpu, gpu_request.value, gpus, cluster,
+                                                       gpu_model),
                      gpu_request=gpu_request.value)
     cfg: MaxbatchConfig = s.config
     plan = RunPlan(engines=s.engines, precisions=list(cfg.run.precisions),
@@ -65,7 +72,25 @@ def maxbatch(
     if s.gpus:
         lanes = [Lane(rt, ctx.budget, launch.watcher_factory(ctx), {"index": ctx.info.index, "uuid": ctx.info.uuid})
                  for ctx, rt in s.gpus]
+    if cfg.cluster:
+        from ... import cluster as ray_cluster
+
+        try:
+            lanes = ray_cluster.lanes_for(cfg, s)
+        except (Fail, RuntimeUnavailable) as exc:
+            s.rt.close()
+            s.store.release()
+            ray_cluster.disconnect()
+            err.print(f"kitctl: {exc}")
+            raise typer.Exit(EXIT_USAGE)
+        plan = replace(plan, budget=lanes[0].budget, watcher_factory=lanes[0].watcher_factory)
     runner = Runner(plan, s.rt, s.store, s.doc, launch.make_view(console, s), lanes=lanes)
-    doc, final = launch.execute(runner, s.store)
+    try:
+        doc, final = launch.execute(runner, s.store)
+    finally:
+        if cfg.cluster:
+            from ... import cluster as ray_cluster
+
+            ray_cluster.disconnect()
     print_table(console, cfg.run.model, cfg.run.dataset, doc, final)
     raise typer.Exit(EXIT_OK if all_have_capacity(doc) else EXIT_INCOMPLETE)

@@ -254,6 +254,11 @@ class Runner:
     @staticmethod
     def _trial_json(lane: Lane, out: TrialOutcome) -> dict[str, Any]:
         rec = out.to_json()
+        # A cluster lane's runtime knows the node (host, node id, GPU) of its last candidate;
+        # a lane of this host is one GPU.
+        where = getattr(lane.runtime, "where", None)
+        if isinstance(where, dict):
+            rec["node"] = dict(where)
         if lane.gpu is not None:
             rec["gpu"] = dict(lane.gpu)
         return rec
