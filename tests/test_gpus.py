@@ -231,3 +231,29 @@ def test_gpus_all_places_cells_on_both_gpus_and_records_them(tmp_path):
     cal = {c["precision"]: c["calibration"]["gpu"] for c in doc["results"]}
     assert {g["uuid"] for g in cal.values()} == set(UUIDS)
     assert all(c["search_status"] == "invalid_non_memory_failure" for c in doc["results"])
+
+
+def test_a_gpus_partial_resumes_on_its_gpus(tmp_path):
+    """A --gpus run's partial (here: the finished run turned back into a partial with one cell not
+    yet run) resumes: the lanes are reopened from the recorded configuration, the missing cell runs
+    on one of them, and the artifact still lists both cards."""
+    p = fake_kitctl(tmp_path, "--engines", "pytorch-eager", "--precision", "both", "--gpus", "0,1",
+                    "--start-batch", "2", "--max-batch", "4", "--calibration-batch", "2")
+    assert "Traceback" not in p.stderr, p.stderr
+    [art] = list((tmp_path / "results").glob("maxbatch-*.json"))
+    doc = json.loads(art.read_text())
+    doc["state"] = "interrupted"
+    doc["results"] = [c for c in doc["results"] if c["precision"] == "fp32"]
+    partial = art.with_name(art.name.replace(".json", ".partial.json"))
+    partial.write_text(json.dumps(doc))
+    art.unlink()
+    code = FAKE_MAIN.format(tests=str(TESTS), a=UUIDS[0], b=UUIDS[1], third="")
+    env = dict(os.environ, COLUMNS="200", PYTHONPATH=os.pathsep.join(sys.path))
+    r = subprocess.run([sys.executable, "-c", code, "run", "maxbatch", "--resume", str(partial)],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert "Traceback" not in r.stderr and r.returncode in (0, 1), r.stdout[-2000:] + r.stderr[-2000:]
+    final = json.loads(art.read_text())
+    assert final["configuration"]["gpus"] == "0,1"
+    assert [g["uuid"] for g in final["host"]["gpus"]] == UUIDS
+    bf16 = next(c for c in final["results"] if c["precision"] == "bf16")
+    assert bf16["calibration"]["gpu"]["uuid"] in UUIDS
