@@ -257,3 +257,47 @@ def test_a_gpus_partial_resumes_on_its_gpus(tmp_path):
     assert [g["uuid"] for g in final["host"]["gpus"]] == UUIDS
     bf16 = next(c for c in final["results"] if c["precision"] == "bf16")
     assert bf16["calibration"]["gpu"]["uuid"] in UUIDS
+
+
+class BlockingRuntime(LaneRuntime):
+    """Its calibration passes; its first search candidate runs until the kit interrupts it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.interrupted = threading.Event()
+        self.started = threading.Event()
+
+    def run(self, request, *, timeout_s, watcher=None):
+        if len(self.batches) == 1:  # after the calibration
+            self.started.set()
+            assert self.interrupted.wait(30), "never interrupted"
+            return TrialOutcome(batch=request.batch, status=Status.CRASH, runtime=self.name)
+        return super().run(request, timeout_s=timeout_s, watcher=watcher)
+
+    def interrupt(self):
+        self.interrupted.set()
+
+
+def test_a_signal_stops_every_lane_and_keeps_a_resumable_partial(tmp_path):
+    import os as _os
+    import signal as _signal
+
+    from kitctl.core.signals import Interrupted
+
+    cfg = _setup(tmp_path)
+    rts = [BlockingRuntime(), BlockingRuntime()]
+    runner = _runner(tmp_path, cfg, rts)
+
+    def kill_when_both_run():
+        for rt in rts:
+            rt.started.wait(30)
+        _os.kill(_os.getpid(), _signal.SIGINT)
+    threading.Thread(target=kill_when_both_run, daemon=True).start()
+    with pytest.raises(Interrupted):
+        runner.run()
+    assert all(rt.interrupted.is_set() for rt in rts)  # each lane's running candidate was killed
+    doc = load(runner.store.partial)
+    assert doc["state"] == "interrupted" and doc["interrupted_by"] == "SIGINT"
+    # The killed candidates are not recorded (only the calibrations are): nothing to mistake for a result.
+    assert all(c["trials"] == [] and c["calibration"]["status"] == "ok" for c in doc["results"])
+    assert not any(t.name.startswith("lane-") for t in threading.enumerate())
