@@ -157,6 +157,10 @@ class NodeAgent:
         self.rt.close()
 
 
+class _Stopped(Exception):
+    pass
+
+
 class RemoteGate:
     """The driver's stand-in for a lane's watcher: it only carries the budget to the node, whose
     agent builds the real NVML sampler around the candidate."""
@@ -197,20 +201,28 @@ class RayRuntime(Runtime):
             opts["num_cpus"] = 1
         return opts
 
+    def _wait(self, ref: Any) -> Any:
+        """ray.get, but a stopped run does not wait on it (an actor Ray cannot place yet waits
+        for a free GPU as long as it takes)."""
+        ray = _ray()
+        while not ray.wait([ref], timeout=0.2)[0]:
+            if self._stop.is_set():
+                raise _Stopped()
+        return ray.get(ref)
+
     def _agent(self) -> Any:
         ray = _ray()
         if self.actor is None:
             cls = ray.remote(NodeAgent)
             self.actor = cls.options(**self._options()).remote(self.spec)
-            self.where = ray.get(self.actor.describe.remote())["where"]
+            self.where = self._wait(self.actor.describe.remote())["where"]
         return self.actor
 
     def describe_remote(self) -> dict[str, Any]:
-        ray = _ray()
-        return ray.get(self._agent().describe.remote())
+        return self._wait(self._agent().describe.remote())
 
     def run(self, request: TrialRequest, *, timeout_s: float, watcher: Any = None) -> TrialOutcome:
-        ray = _ray()
+        _ray()
         from ray import exceptions as rex
 
         lost = (rex.RayActorError, rex.WorkerCrashedError, rex.ObjectLostError, rex.NodeDiedError)
@@ -220,14 +232,13 @@ class RayRuntime(Runtime):
             actor = self._agent()
             where = self.where
             self._ref = actor.run.remote(request, timeout_s, getattr(watcher, "budget_mib", None))
-            while True:
-                done, _ = ray.wait([self._ref], timeout=0.2)
-                if done:
-                    return ray.get(self._ref)
-                if self._stop.is_set():
-                    self._drop()
-                    return TrialOutcome(batch=request.batch, status=Status.CRASH, killed_by=KilledBy.KIT_INTERRUPT,
-                                        error="interrupted", elapsed_s=time.monotonic() - t0, runtime=self.name)
+            return self._wait(self._ref)
+        except _Stopped:
+            # The run is stopping (a signal, another lane failed): the runner records nothing of
+            # this; killing the agent kills its trial (parent-death signal).
+            self._drop()
+            return TrialOutcome(batch=request.batch, status=Status.CRASH, killed_by=KilledBy.KIT_INTERRUPT,
+                                error="interrupted", elapsed_s=time.monotonic() - t0, runtime=self.name)
         except lost as exc:
             # The node (or the agent on it) is gone: a crash of this candidate on that node,
             # never a capacity; the retry gets a fresh actor on a live node.

@@ -155,7 +155,10 @@ class Runner:
             self.save()  # a new run's first write: its partial appears, whole and locked
             self.view.note(f"partial artifact: {self.store.partial}")
             cells = [(e, p) for e in self.plan.engines for p in self.plan.precisions]
-            if len(lanes) == 1:
+            # Explicit lanes (--gpus, --cluster) run in worker threads even when there is one:
+            # signals then reach the main thread while it only waits, never inside a lane's
+            # C extension call (Ray's wait drops an exception raised there).
+            if self.lanes is None:
                 for engine, precision in cells:
                     self._run_cell(engine, precision)  # (the throughput runner's override too)
             else:
