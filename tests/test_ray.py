@@ -119,6 +119,8 @@ def test_cells_run_on_the_nodes_ray_picks_with_the_one_host_answers(cluster, tmp
     assert local.returncode == 0, local.stderr[-2000:]
     assert answers(doc) == answers(final_doc(tmp_path / "local"))
     assert doc["configuration"]["cluster"] == "auto"
+    agent = doc["cluster"]["agent"]  # what a node ran: its interpreter and trial, not the driver's say-so
+    assert agent["runtime"]["pytorch-eager"]["interpreter"] and agent["where"]["node_id"] in {n.node_id for n in nodes}
     workers = {n.node_id for n in nodes}
     assert {n["node_id"] for n in doc["cluster"]["nodes"]} >= workers
     used = {t["node"]["node_id"] for cell in doc["results"] for t in cell["trials"]}

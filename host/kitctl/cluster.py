@@ -296,10 +296,14 @@ def lanes_for(cfg: Any, s: Any) -> list[Any]:
                    f"(start its workers with --resources '{{\"{GPU_MODEL_RESOURCE + cfg.gpu_model}\": N}}')")
     n = len(run.engines) * len(run.precisions)
     runtimes = [RayRuntime(spec, s.rt.name) for _ in range(n)]
+    # The first agent says what a node runs: its runtime's provenance per engine (interpreter
+    # or image), its GPU and budget — the driver's own runtime only records the configuration.
+    first = runtimes[0].describe_remote()
+    info["agent"] = first
     budget = None
     if run.device == "cuda":
         # The budget of the cluster's cards, from the first agent's node (--gpu-model keeps them alike).
-        b = runtimes[0].describe_remote()["budget"]
+        b = first["budget"]
         budget = make_budget(b["card_total_mib"], run.vram_limit_mib, run.reserve_mib)
         s.doc["budget"] = budget.to_json()
     s.doc["cluster"] = info
