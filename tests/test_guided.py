@@ -196,3 +196,19 @@ def test_runner_guided_run_records_its_target_and_replays(tmp_path):
     tampered = json.loads(json.dumps(cell))
     tampered["trials"][1]["batch"] += 1
     assert "where the search asks for" in cfg.cell_problem(tampered)
+
+
+# -- property: any capacity, any peaks (even absurd ones), the protocol's answer --------------
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.integers(0, 300000), st.integers(1, 5000), st.integers(0, 5),
+       st.lists(st.floats(0, 2 * B, allow_nan=False), min_size=1, max_size=50))
+def test_property_any_peaks_give_the_protocol_answer(c, start, maxexp, noise):
+    maxb = max(start, start << maxexp) if maxexp else 1 << 19
+    cfg = SearchConfig(start, maxb, target_mib=B, anchor=(16, noise[0]))
+    d, hist = run_search(gpu(c, lambda b: noise[b % len(noise)]), cfg, "guided")
+    check(d, hist, c, cfg)
