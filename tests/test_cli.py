@@ -127,7 +127,7 @@ def test_calibration_batch_zero(work):
 
 
 def test_unknown_strategy(work):
-    refuse(work, "run", "maxbatch", "--device", "cpu", "--strategy", "guided", match="unknown --strategy")
+    refuse(work, "run", "maxbatch", "--device", "cpu", "--strategy", "bisect-ish", match="unknown --strategy")
 
 
 # -- device and GPU -----------------------------------------------------------------------
@@ -485,7 +485,7 @@ def test_a_resume_keeps_its_interpreter_or_refuses(work, tmp_path):
     ("timeout_s", 1e12, "--timeout must be > 0 and at most"),
     ("memory_limit_mib", 99999999999999, "above this host's"),
     ("memory_limit_mib", 3, "at least 6 MiB"),
-    ("strategy", "guided", "unknown --strategy"),
+    ("strategy", "bisect-ish", "unknown --strategy"),
     ("max_batch", True, "schema at configuration/max_batch"),
     ("device", "tpu", "schema at configuration/device"),
     ("cudnn_benchmark", 1, "schema at configuration/cudnn_benchmark"),

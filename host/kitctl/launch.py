@@ -151,6 +151,8 @@ class Setup:
     rt: Any
     notes: list[str]
     config: Any  # the benchmark's typed config, as the run uses it (the data folder resolved)
+    # --gpus: every listed GPU with its own context and runtime, the run's own (gpuctx, rt) first
+    gpus: list[tuple[GpuContext, Any]] | None = None
 
 
 def given_flags(ctx: typer.Context) -> list[tuple[str, str]]:
@@ -318,7 +320,7 @@ def prepare(benchmark: str, config: Any, doc: dict[str, Any] | None, store: Arti
     # Before the GPU's idle check: an orphaned local trial's memory is not idle.
     notes: list[str] = [f"killed an orphaned local trial: {o}" for o in sweep_local_orphans()]
     gpuctx = None
-    if run.device == "cuda":
+    if run.device == "cuda" and not getattr(config, "cluster", None):  # a cluster's GPUs are on its nodes
         if doc is None:
             gpuctx = open_gpu(run.gpu, run.vram_limit_mib, run.reserve_mib, require_gpu_idle, idle_threshold)
         else:
@@ -391,6 +393,11 @@ def start(benchmark: str, given: list[tuple[str, str]], resume: Path | None, tim
             doc, config = None, new_config()
         s = prepare(benchmark, config, doc, store, results_dir, python, require_gpu_idle, idle_threshold,
                     resume_gpu=gpu, gpu_request=gpu_request)
+        try:
+            s.gpus = open_gpus(s, getattr(s.config, "gpus", None), require_gpu_idle, idle_threshold)
+        except BaseException:
+            s.rt.close()
+            raise
         ready = True
     except Interrupted as exc:
         signals.stop_interrupting()
@@ -403,6 +410,72 @@ def start(benchmark: str, given: list[tuple[str, str]], resume: Path | None, tim
         if not ready and store is not None:
             store.release()
     return s
+
+
+def gpu_list(nvml: Any, spec: str) -> list[tuple[int, Any]]:
+    """`--gpus 0,1|all|UUID,…` → [(NVML index, handle)], each GPU once, in the order given."""
+    from .core.gpu import GpuError
+
+    tokens = [str(i) for i in range(nvml.count())] if spec.strip() == "all" else spec.split(",")
+    out: list[tuple[int, Any]] = []
+    for tok in tokens:
+        try:
+            index, handle = nvml.resolve(tok.strip())
+        except GpuError as exc:
+            raise Fail(str(exc).replace("--gpu ", "--gpus: ", 1)) from None
+        if any(index == i for i, _ in out):
+            raise Fail(f"--gpus {spec}: GPU {index} is listed twice")
+        out.append((index, handle))
+    return out
+
+
+def open_gpus(s: Setup, spec: str | None, require_idle: bool, idle_threshold: float
+              ) -> list[tuple[GpuContext, Any]] | None:
+    """One (context, runtime) per GPU of `--gpus`: the run's own first, then each other GPU with its
+    own budget, idle check and runtime (same runtime kind, images, interpreter). Every card must be
+    the same model, memory and driver as the first: lanes must give the one-GPU answers."""
+    from .core.gpu import check_idle
+
+    if spec is None or s.gpuctx is None:
+        return None
+    run: RunConfig = s.config.run
+    first = s.gpuctx
+    out: list[tuple[GpuContext, Any]] = [(first, s.rt)]
+    name, images, python = resume_stack(s.doc, s.engines)
+    python = getattr(s.rt, "python", None) or python
+    kind = s.doc["runtime"].get("gpu_request") or run.gpu_request or "auto"
+    try:
+        for index, handle in gpu_list(first.nvml, spec):
+            uuid_ = first.nvml.uuid(handle)
+            if uuid_ == first.info.uuid:
+                continue
+            info = first.nvml.info(index, handle)
+            here, there = info.to_json(), first.info.to_json()
+            differ = [f"{k} {there.get(k)!r} vs {here.get(k)!r}" for k in SAME_GPU_KEYS if there.get(k) != here.get(k)]
+            if differ:
+                raise Fail(f"--gpus: GPU {index} is not the same kind of card as GPU {first.info.index} "
+                           f"({', '.join(differ)}); list cards of one model")
+            if require_idle:
+                busy = check_idle(first.nvml, handle, idle_threshold)
+                if busy:
+                    raise Fail(busy)
+            ctx = GpuContext(first.nvml, handle, info, make_budget(info.total_mib, run.vram_limit_mib,
+                                                                   run.reserve_mib))
+            notes: list[str] = []
+            rt = make_runtime(name, s.engines, run.device, uuid_, s.doc["run_id"], run.memory_limit_mib,
+                              run.data_dir, python, notes, kind if kind in ("toolkit", "cdi") else "auto",
+                              images=images)
+            out.append((ctx, rt))
+    except BaseException:
+        for _, rt in out[1:]:
+            rt.close()
+        raise
+    if first.info.uuid not in {c.info.uuid for c, _ in out} or len(out) < 2:
+        for _, rt in out[1:]:
+            rt.close()
+        raise Fail(f"--gpus {spec}: list at least two GPUs (for one, use --gpu)")
+    s.doc["host"]["gpus"] = [c.info.to_json() for c, _ in out]
+    return out
 
 
 def base_request(benchmark: str, run: RunConfig, **kw: Any) -> TrialRequest:

@@ -13,7 +13,7 @@ A timeout/crash/error is retried once; a second non-memory failure stops the eng
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from .outcome import MEMORY_FAILURES, RETRYABLE, SearchStatus, Status
 
@@ -26,6 +26,11 @@ class SearchConfig:
     # its last stage, where training-mode BatchNorm needs ≥ 2 samples): bisection never
     # goes below it, and a failure there means no passing batch.
     min_batch: int = 1
+    # What the guided strategy aims its prediction at (the gate's budget B, device delta MiB)
+    # and a free data point (the calibration candidate: batch, device-delta peak). The
+    # protocol strategy ignores both; the guided one without them falls back to protocol steps.
+    target_mib: float | None = None
+    anchor: tuple[int, float] | None = None
 
     def __post_init__(self) -> None:
         if self.min_batch < 1:
@@ -48,7 +53,8 @@ class Decision:
     reason: str = ""
 
 
-Trial = tuple[int, Status]
+# (batch, status) or (batch, status, device-delta peak MiB or None): only `guided` reads peaks.
+Trial = tuple  # tuple[int, Status] | tuple[int, Status, float | None]
 
 
 def _verdicts(history: Sequence[Trial]) -> tuple[dict[int, bool], Decision | None]:
@@ -59,7 +65,7 @@ def _verdicts(history: Sequence[Trial]) -> tuple[dict[int, bool], Decision | Non
     """
     verdict: dict[int, bool] = {}
     attempts: dict[int, list[Status]] = {}
-    for batch, status in history:
+    for batch, status, *_ in history:
         attempts.setdefault(batch, []).append(status)
     for batch, statuses in attempts.items():
         last = statuses[-1]
@@ -80,15 +86,50 @@ def _verdicts(history: Sequence[Trial]) -> tuple[dict[int, bool], Decision | Non
     return verdict, None
 
 
-def protocol_strategy(history: Sequence[Trial], cfg: SearchConfig) -> Decision:
+def checked_verdicts(history: Sequence[Trial]) -> tuple[dict[int, bool], Decision | None]:
+    """`_verdicts` plus the non-finite rule: shared by every strategy, so retries and invalid
+    engines are decided the same way whichever one searches."""
     verdict, forced = _verdicts(history)
     if forced is not None:
-        return forced
-    last_status = {b: s for b, s in history}
+        return verdict, forced
+    last_status = {t[0]: t[1] for t in history}
     for b, ok in verdict.items():
         if not ok and last_status[b] is Status.NONFINITE:
-            return Decision(done=True, status=SearchStatus.INVALID,
-                            reason=f"batch {b}: non-finite loss, not a memory failure")
+            return verdict, Decision(done=True, status=SearchStatus.INVALID,
+                                     reason=f"batch {b}: non-finite loss, not a memory failure")
+    return verdict, None
+
+
+def bounds(verdict: dict[int, bool], cfg: SearchConfig) -> tuple[int, int | None]:
+    """(largest verified pass or min_batch − 1, smallest verified fail above it or None)."""
+    passes = [b for b, ok in verdict.items() if ok]
+    lo = max(passes) if passes else cfg.min_batch - 1
+    above = [b for b, ok in verdict.items() if not ok and b > lo]
+    return lo, (min(above) if above else None)
+
+
+def finished(lo: int, hi: int | None, cfg: SearchConfig) -> Decision | None:
+    """The protocol's stopping rule, the only one any strategy may use: censored at the cap,
+    or a verified pass at lo and a verified fail at hi == lo + 1."""
+    floor = cfg.min_batch - 1
+    if hi is None:
+        if lo >= cfg.max_batch:
+            return Decision(done=True, max_batch=lo, next_batch=None,
+                            status=SearchStatus.CENSORED, reason=f"passed at --max-batch {cfg.max_batch}")
+        return None
+    if hi - lo > 1:
+        return None
+    if lo == floor:
+        return Decision(done=True, max_batch=None, next_batch=hi, status=SearchStatus.NO_PASS,
+                        reason=f"batch {hi} (the smallest the model trains at) fails")
+    return Decision(done=True, max_batch=lo, next_batch=hi, status=SearchStatus.BOUNDED,
+                    reason=f"pass at {lo}, memory failure at {hi}")
+
+
+def protocol_strategy(history: Sequence[Trial], cfg: SearchConfig) -> Decision:
+    verdict, forced = checked_verdicts(history)
+    if forced is not None:
+        return forced
 
     passes = sorted(b for b, ok in verdict.items() if ok)
     fails = sorted(b for b, ok in verdict.items() if not ok)
@@ -117,18 +158,27 @@ def protocol_strategy(history: Sequence[Trial], cfg: SearchConfig) -> Decision:
                     reason=f"pass at {lo}, memory failure at {hi}")
 
 
+def _guided(history: Sequence[Trial], cfg: SearchConfig) -> Decision:
+    from .guided import guided_strategy  # guided builds on this module's rules
+
+    return guided_strategy(history, cfg)
+
+
 STRATEGIES: dict[str, Callable[[Sequence[Trial], SearchConfig], Decision]] = {
     "protocol": protocol_strategy,
+    "guided": _guided,
 }
 
 
-def run_search(oracle: Callable[[int], Status], cfg: SearchConfig, strategy: str = "protocol",
+def run_search(oracle: Callable[[int], Any], cfg: SearchConfig, strategy: str = "protocol",
                history: Iterable[Trial] = ()) -> tuple[Decision, list[Trial]]:
-    """Drive a strategy against `oracle(batch) -> Status` (tests, simulations)."""
+    """Drive a strategy against `oracle(batch) -> Status | (Status, peak MiB | None)` (tests,
+    simulations, replays of recorded runs)."""
     hist = list(history)
     decide = STRATEGIES[strategy]
     while True:
         d = decide(hist, cfg)
         if d.done:
             return d, hist
-        hist.append((d.batch, oracle(d.batch)))
+        answer = oracle(d.batch)
+        hist.append((d.batch, *answer) if isinstance(answer, tuple) else (d.batch, answer))

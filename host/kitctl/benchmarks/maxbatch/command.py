@@ -1,6 +1,7 @@
 """`kitctl run maxbatch`: its flags into a MaxbatchConfig, the run started through kitctl.launch."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -9,13 +10,14 @@ from rich.console import Console
 
 from ... import launch
 from ...core.search import STRATEGIES
-from ...errors import EXIT_INCOMPLETE, EXIT_OK
+from ...errors import EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, Fail, err
+from ...runtimes.base import RuntimeUnavailable
 from ...runconfig import (O_CUDNN, O_DATA_DIR, O_DATASET, O_DEVICE, O_ENGINES, O_GPU, O_GPU_REQUEST,
                           O_IDLE_THRESHOLD, O_MEMORY_LIMIT, O_PRECISION, O_PYTHON, O_REQUIRE_IDLE, O_RESERVE,
                           O_RESULTS_DIR, O_RESUME, O_RUNTIME, O_TIMEOUT, O_VRAM_LIMIT, Dataset, Device,
                           GpuRequestName, Precision, RuntimeName)
 from .config import DEFAULT_MAX_BATCH, MaxbatchConfig
-from .run import Runner, RunPlan
+from .run import Lane, Runner, RunPlan
 from .table import all_have_capacity, print_table
 
 
@@ -43,6 +45,13 @@ def maxbatch(
     results_dir: Path = O_RESULTS_DIR,
     resume: Optional[Path] = O_RESUME,
     gpu_request: GpuRequestName = O_GPU_REQUEST,
+    gpus: Optional[str] = typer.Option(None, help="Several GPUs of this host, e.g. 0,1 or all: cells run side "
+                                       "by side, one per GPU, each GPU with its own baseline, sampler, "
+                                       "gate and calibration (cards of one model)."),
+    cluster: Optional[str] = typer.Option(None, help="ray://HOST:PORT or auto: each cell runs on a node of a Ray "
+                                          "cluster (needs the ray extra); one artifact here."),
+    gpu_model: Optional[str] = typer.Option(None, help="With --cluster: only nodes offering the custom resource "
+                                            "kitctl-gpu-model:<NAME>, e.g. H200."),
 ) -> None:
     """Largest training batch that completes one ResNet-50 step, per engine and precision."""
     console = Console(highlight=False)
@@ -51,14 +60,37 @@ def maxbatch(
                      lambda: MaxbatchConfig.from_flags(engines, precision.value, device.value, vram_limit, reserve,
                                                        start_batch, max_batch, timeout, runtime.value, dataset.value,
                                                        data_dir, cudnn_benchmark, memory_limit, calibration_batch,
-                                                       strategy, gpu, gpu_request.value),
+                                                       strategy, gpu, gpu_request.value, gpus, cluster,
+                                                       gpu_model),
                      gpu_request=gpu_request.value)
     cfg: MaxbatchConfig = s.config
     plan = RunPlan(engines=s.engines, precisions=list(cfg.run.precisions),
                    base_request=launch.base_request("maxbatch", cfg.run, batch=1), search=cfg.search,
                    strategy=cfg.strategy, timeout_s=cfg.run.timeout_s, budget=s.gpuctx.budget if s.gpuctx else None,
                    calibration_batch=cfg.calibration_batch, watcher_factory=launch.watcher_factory(s.gpuctx))
-    runner = Runner(plan, s.rt, s.store, s.doc, launch.make_view(console, s))
-    doc, final = launch.execute(runner, s.store)
+    lanes = None
+    if s.gpus:
+        lanes = [Lane(rt, ctx.budget, launch.watcher_factory(ctx), {"index": ctx.info.index, "uuid": ctx.info.uuid})
+                 for ctx, rt in s.gpus]
+    if cfg.cluster:
+        from ... import cluster as ray_cluster
+
+        try:
+            lanes = ray_cluster.lanes_for(cfg, s)
+        except (Fail, RuntimeUnavailable) as exc:
+            s.rt.close()
+            s.store.release()
+            ray_cluster.disconnect()
+            err.print(f"kitctl: {exc}")
+            raise typer.Exit(EXIT_USAGE)
+        plan = replace(plan, budget=lanes[0].budget, watcher_factory=lanes[0].watcher_factory)
+    runner = Runner(plan, s.rt, s.store, s.doc, launch.make_view(console, s), lanes=lanes)
+    try:
+        doc, final = launch.execute(runner, s.store)
+    finally:
+        if cfg.cluster:
+            from ... import cluster as ray_cluster
+
+            ray_cluster.disconnect()
     print_table(console, cfg.run.model, cfg.run.dataset, doc, final)
     raise typer.Exit(EXIT_OK if all_have_capacity(doc) else EXIT_INCOMPLETE)

@@ -32,9 +32,15 @@ class MaxbatchConfig:
     max_batch: int
     calibration_batch: int
     strategy: str
+    gpus: str | None = None  # --gpus "0,1" | "all" | UUIDs: one lane per GPU (None: one GPU)
+    cluster: str | None = None  # --cluster ray://HOST:PORT | auto: cells placed by Ray
+    gpu_model: str | None = None  # --gpu-model: only nodes offering that custom resource
 
     OWN_KEYS: ClassVar[dict[str, tuple[type, ...]]] = {"start_batch": INT, "max_batch": INT,
-                                                        "calibration_batch": INT, "strategy": STR}
+                                                        "calibration_batch": INT, "strategy": STR,
+                                                        "gpus": STR + (type(None),),
+                                                        "cluster": STR + (type(None),),
+                                                        "gpu_model": STR + (type(None),)}
     # The recorded settings a resume must find exactly as a run with them would write them.
     SETTINGS: ClassVar[tuple[str, ...]] = (*COMMON_KEYS, *OWN_KEYS, "seed", "ci_level")
 
@@ -43,8 +49,27 @@ class MaxbatchConfig:
                    start_batch: int, max_batch: int, timeout: float | None, runtime: str, dataset: str,
                    data_dir: str | None, cudnn_benchmark: bool, memory_limit: int | None,
                    calibration_batch: int, strategy: str, gpu: str | None,
-                   gpu_request: str | None = None) -> MaxbatchConfig:
+                   gpu_request: str | None = None, gpus: str | None = None, cluster: str | None = None,
+                   gpu_model: str | None = None) -> MaxbatchConfig:
         names = engine_names(engines)
+        if cluster is not None:
+            from ...cluster import check_form
+
+            check_form(cluster)
+            if gpus is not None or gpu is not None:
+                raise Fail("--cluster: Ray places each cell on a node's GPU; --gpu and --gpus do not apply")
+        if gpu_model is not None and (cluster is None or device != "cuda" or not gpu_model.strip()):
+            raise Fail("--gpu-model picks the nodes of a --cluster run on --device cuda (a non-empty name)")
+        if gpus is not None:
+            tokens = [t.strip() for t in gpus.split(",")]
+            if not all(tokens) or ("all" in tokens and len(tokens) > 1):
+                raise Fail(f"--gpus takes indices or UUIDs separated by commas, or all (got {gpus!r})")
+            if device != "cuda":
+                raise Fail("--gpus places candidates on GPUs: it needs --device cuda")
+            first = None if gpus.strip() == "all" else tokens[0]
+            if gpu is not None and gpu != first:
+                raise Fail("--gpu and --gpus: give one (the run starts on the first GPU --gpus lists)")
+            gpus, gpu = ",".join(tokens), first
         check_min_batch("--start-batch", start_batch)
         if max_batch <= 0:
             raise Fail(f"--max-batch must be > 0 (got {max_batch})")
@@ -58,19 +83,23 @@ class MaxbatchConfig:
                      ("--calibration-batch", calibration_batch))
         run = RunConfig.from_flags(names, precision, device, gpu, vram_limit, reserve, timeout, runtime, dataset,
                                    data_dir, cudnn_benchmark, memory_limit, gpu_request)
-        return cls(run, start_batch, max_batch, calibration_batch, strategy)
+        return cls(run, start_batch, max_batch, calibration_batch, strategy, gpus, cluster, gpu_model)
 
     @classmethod
     def from_json(cls, recorded: dict[str, Any]) -> MaxbatchConfig:
         """The configuration a run with a partial's settings would have; Fail where no run could."""
+        # Partials from before --gpus/--cluster ran on one GPU.
+        recorded = {"gpus": None, "cluster": None, "gpu_model": None, **recorded}
         flags = RunConfig.flags_of_json(recorded, cls.OWN_KEYS)
         return cls.from_flags(start_batch=recorded["start_batch"], max_batch=recorded["max_batch"],
                               calibration_batch=recorded["calibration_batch"], strategy=recorded["strategy"],
+                              gpus=recorded["gpus"], cluster=recorded["cluster"], gpu_model=recorded["gpu_model"],
                               **flags)
 
     def to_json(self) -> dict[str, Any]:
         return {**self.run.json_head(), "start_batch": self.start_batch, "max_batch": self.max_batch,
-                "calibration_batch": self.calibration_batch, "strategy": self.strategy,
+                "calibration_batch": self.calibration_batch, "strategy": self.strategy, "gpus": self.gpus,
+                "cluster": self.cluster, "gpu_model": self.gpu_model,
                 "steps": "one warm-up step, one measured step", **self.run.json_tail()}
 
     def with_run(self, run: RunConfig) -> MaxbatchConfig:
@@ -82,6 +111,6 @@ class MaxbatchConfig:
 
     def cell_problem(self, cell: dict[str, Any]) -> str | None:
         """Why a partial's recorded cell is not one this search could have left, or None."""
-        from .run import replay_problem
+        from .run import cell_search, replay_problem
 
-        return replay_problem(cell["trials"], self.search, self.strategy)
+        return replay_problem(cell["trials"], cell_search(self.search, cell), self.strategy)
