@@ -155,7 +155,7 @@ def test_committed_search_replayed_gives_the_same_answer(path):
 def test_guided_needs_fewer_candidates_than_protocol_on_the_committed_searches():
     rows = [r for p in ARTIFACTS for r in replay(json.loads(p.read_text()), "guided")]
     searches = [r for r in rows if r.recorded_trials > 2]  # the 2-candidate runs re-verify a known answer
-    assert len(searches) == 8
+    assert len(searches) >= 8  # 8 when written; later committed searches join
     assert sum(r.trials for r in searches) < 0.8 * sum(r.recorded_trials for r in searches)
     opennn = [r for r in searches if r.engine.startswith("opennn") and r.recorded[0] == 7285]
     assert opennn and all(r.trials <= 4 for r in opennn)  # linear peaks: found in ≤ 4
