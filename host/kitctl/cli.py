@@ -11,6 +11,7 @@ import sys
 import typer
 
 from . import benchmarks, doctor
+from .benchmarks.dataload.data_cli import data_app
 from .core import signals
 from .core.signals import Interrupted
 from .errors import EXIT_INTERRUPTED, EXIT_USAGE, err
@@ -26,6 +27,7 @@ for _b in benchmarks.all():
     run_app.command(_b.name)(_b.command)
 register_reports(app)  # report, compare, results list
 app.add_typer(images_cli.images_app, name="images")
+app.add_typer(data_app, name="data")
 app.command("doctor")(doctor.doctor)
 app.command("clean")(clean.clean)
 

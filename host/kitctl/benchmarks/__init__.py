@@ -35,6 +35,8 @@ from typing import Any
 BUILTIN = (
     "kitctl.benchmarks.maxbatch",
     "kitctl.benchmarks.throughput",
+    "kitctl.benchmarks.datasize",
+    "kitctl.benchmarks.dataload",
 )
 
 

@@ -115,7 +115,7 @@ def _from_kitctl(path: Path, doc: dict[str, Any]) -> Source:
     if src.benchmark == "maxbatch":
         src.rows = maxbatch_rows(doc)
         src.points = {(c["engine"], c["precision"]): trial_points(c) for c in doc["results"]}
-    else:
+    elif src.benchmark == "throughput":
         src.tput = throughput_rows(doc)
     return src
 
