@@ -51,6 +51,8 @@ class Benchmark:
     ratio_what: str  # "_Fewer than two engines with a <ratio_what> per precision_": "max batch"
     report_unit: str  # the report overview's side-by-side figure: "max batch", "images/s (median)"
     plots: Callable[..., list[Any]] | None = None  # (sources, out_dir) -> PlotFiles, for `report --plots`
+    # doc -> the [item, value] rows of the report's "What is measured"; None: the engines' table
+    report_measured: Callable[[dict[str, Any]], list[list[str]]] | None = None
 
 
 _REGISTRY: dict[str, Benchmark] = {}

@@ -329,6 +329,12 @@ def make_plots(sources: list[Source], out_dir: Path) -> list[PlotFile]:
         mb = [s for s in sources if s.benchmark == "maxbatch" and s.rows]
         if len(mb) > 1:
             files.append(plot_maxbatch(mb, out_dir))
+        from .. import benchmarks
+
+        for b in benchmarks.all():  # a benchmark's own plots (its registry hook)
+            own = [s for s in sources if s.benchmark == b.name]
+            if b.plots is not None and own:
+                files += b.plots(own, out_dir)
     except OSError as exc:
         raise PlotError(f"cannot write plots under {out_dir}: {exc.strerror or exc}") from None
     return files

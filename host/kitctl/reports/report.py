@@ -75,6 +75,8 @@ def title(src: Source) -> str:
     if src.kind == KITCTL:
         cfg = src.doc["configuration"]
         what = benchmarks.get(src.benchmark).title
+        if cfg.get("model") is None:  # the data benchmarks: no model, their own data
+            return f"{what} · {src.machine_short}"
         model = _MODEL_NAMES.get(cfg.get("model"), cfg.get("model"))
         return f"{what} — {model}, {cfg.get('dataset')} data · {src.machine_short}"
     return f"Reference max batch — {src.doc.get('dataset', '?')} · {src.machine_short}"
@@ -259,7 +261,8 @@ def _ratio_table(ratios: list[Ratio]) -> list[str]:
 # ---- caveats --------------------------------------------------------------------------------
 
 def _kit_cells(src: Source) -> list[dict[str, Any]]:
-    return src.doc["results"] if src.kind == KITCTL else []
+    # Engine cells (engine × precision); the data benchmarks' cells have their own shape.
+    return src.doc["results"] if src.kind == KITCTL and src.benchmark in ("maxbatch", "throughput") else []
 
 
 def _tf32_engines(src: Source) -> list[str]:
@@ -335,7 +338,7 @@ def caveats(src: Source) -> list[str]:
             out.append(f"**Interval below the requested level** — {join(low)}: too few runs for a "
                        f"distribution-free interval at the requested level; the min–max interval and its actual "
                        f"confidence level are shown.")
-    else:
+    elif src.benchmark == "maxbatch":
         out.append("**One search** — each engine × precision was searched once and every candidate ran once; "
                    "the boundary was not repeated.")
     for (engine, precision), pts in src.points.items():
@@ -408,6 +411,9 @@ def _results_of(src: Source) -> list[dict[str, Any]]:
 
 
 def measured(src: Source) -> list[list[str]]:
+    own = getattr(benchmarks.get(src.benchmark), "report_measured", None)
+    if src.kind == KITCTL and own is not None:  # a benchmark that says itself what it measures
+        return own(src.doc)
     return _measured_kitctl(src) if src.kind == KITCTL else _measured_reference(src)
 
 

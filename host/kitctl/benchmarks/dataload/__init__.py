@@ -6,4 +6,4 @@ from .config import DataloadConfig
 
 register(Benchmark(name="dataload", title="Data loading", config=DataloadConfig, command=dataload,
                    report_result=report.result_table, report_ratios=report.ratios, ratio_what="images/s",
-                   report_unit="images/s (median)", plots=plots.plots))
+                   report_unit="images/s (median)", plots=plots.plots, report_measured=report.measured))

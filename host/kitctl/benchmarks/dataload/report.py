@@ -21,3 +21,19 @@ def result_table(src: Source) -> list[str]:
 
 def ratios(sources: list[Any]) -> list[Any]:
     return []
+
+
+def measured(doc: dict[str, Any]) -> list[list[str]]:
+    c = doc["configuration"]
+    return [["Question", "data-loading images/s of each loader's pipeline (no training)"],
+            ["Pipeline", c.get("pipeline", "")],
+            ["Loaders", ", ".join(c["loaders"])],
+            ["Data", f"{', '.join(c['encodings'])} at max side {', '.join(map(str, c['sides']))} px; corpus "
+                     f"`{c['corpus']}`" + (f", first {c['limit']:,} images" if c.get("limit") else "")],
+            ["Sources", "; ".join(f"{k}: {v}" for k, v in (c.get("sources_meaning") or {}).items()
+                                  if k in c["sources"])],
+            ["Speed rule", f"batch {c['batch']}; one warm-up epoch, then {c['epochs']} timed epoch(s); images/s = "
+                           f"images ÷ timed wall time; {c['runs']} runs per cell, each a fresh process; median and "
+                           f"a distribution-free interval of the median"],
+            ["Workers", ", ".join(map(str, c["workers"]))],
+            ["Timeout", f"{c['timeout_s']:,.0f} s per run"]]

@@ -22,7 +22,7 @@ def result_table(src: Source) -> list[str]:
         by = {(r["encoding"], r["side"]): r["gb_payload"] for r in rs if r["format"] == fmt}
         sides = sorted({s for _, s in by})
         lines += ["", f"**{fmt}**: ImageNet-equivalent GB (payload), measured"
-                  + (" / FFCV published" if fmt == "ffcv" else "")]
+                  + (" / FFCV published" if fmt == "ffcv" else ""), ""]
         body2 = []
         for s in sides:
             row = [str(s)]
@@ -38,3 +38,15 @@ def result_table(src: Source) -> list[str]:
 
 def ratios(sources: list[Any]) -> list[Any]:
     return []
+
+
+def measured(doc: dict[str, Any]) -> list[list[str]]:
+    c = doc["configuration"]
+    return [["Question", "bytes per image of each loader's dataset format, per encoding × max side"],
+            ["Formats", ", ".join(c["formats"])],
+            ["Encodings", ", ".join(c["encodings"]) + f" (mix90: each image JPEG q90 with probability "
+                                                    f"{c['mix_compress_probability']}, else raw — FFCV's proportion mode)"],
+            ["Max sides", ", ".join(map(str, c["sides"])) + " px (downscaled with area interpolation, never upscaled)"],
+            ["Images", f"corpus `{c['corpus']}`" + (f", first {c['limit']:,}" if c.get("limit") else ", all")],
+            ["Sizes", c.get("sizes", "")],
+            ["ImageNet equivalent", f"bytes per image × {c.get('imagenet_images', 1_281_167):,}"]]
