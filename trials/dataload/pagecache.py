@@ -1,6 +1,8 @@
 """Page-cache control for the data-loading sources: how much of a file set is in RAM (mincore), warm it
 (read every byte), or drop it (posix_fadvise DONTNEED on every file, after a sync so no page stays dirty).
 
+Recent kernels (seen on 6.18) evict with DONTNEED only for the file's owner (or a privileged caller): a
+trial that is not the dataset's owner cannot make a cold source, and says so. Containers run as its owner.
 Linux only (mincore through libc); every call returns the resident fraction it leaves, measured, so
 an artifact says what the source really was rather than what was asked for.
 """

@@ -137,7 +137,9 @@ def dataload(a, result: dict) -> None:
         bad = frac < RAM_MIN_RESIDENT if a.source == "ram" else frac > COLD_MAX_RESIDENT
         if bad:
             raise kittrial.TrialError(f"source {a.source}: {frac:.1%} of the dataset's pages were resident "
-                                      "before the epoch (mincore); the asked-for source could not be made")
+                                      "before the epoch (mincore); the asked-for source could not be made"
+                                      + ("; posix_fadvise(DONTNEED) evicts only for the files' owner on recent "
+                                         "kernels: run as the dataset's owner" if a.source == "cold" else ""))
         n, secs, _ = one_epoch()
         epochs.append({"images": n, "seconds": secs, "images_per_second": n / secs, "resident_before": frac,
                        "prepare_seconds": prep_s})

@@ -1,0 +1,85 @@
+"""images/loader-torch built FROM the local CI base (CPU torch from wheels/, no index) and a real dataload
+trial in a fresh container: network off, the dataset mounted read-only, cold source (page cache dropped
+inside the container and checked with mincore). Slow: an image build."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from conftest import BASE_IMAGE, _unavailable, remove_containers
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "trials" / "dataload"))
+IMAGE = "kitctl/loader-torch:ci"
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def loader_image(client) -> str:
+    import docker
+
+    try:
+        client.images.get(BASE_IMAGE)
+    except docker.errors.ImageNotFound:
+        _unavailable(f"base image {BASE_IMAGE} is absent: run .ci/docker-up.sh")
+    if not list((ROOT / "images" / "loader-torch" / "wheels").glob("torch-*.whl")):
+        _unavailable("images/loader-torch/wheels/ is empty: run images/loader-torch/fetch-cpu-wheels.sh")
+    t0 = time.monotonic()
+    try:
+        client.images.build(path=str(ROOT), dockerfile="images/loader-torch/Dockerfile", tag=IMAGE,
+                            buildargs={"BASE_IMAGE": BASE_IMAGE}, rm=True, forcerm=True)
+    except docker.errors.BuildError as exc:
+        pytest.fail(f"loader-torch build failed: {exc}", pytrace=False)
+    print(f"\n[docker tests] built {IMAGE} in {time.monotonic() - t0:.1f} s")
+    return IMAGE
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory) -> dict[str, Path]:
+    pytest.importorskip("skimage")
+    import corpus
+    import writers
+
+    base = tmp_path_factory.mktemp("loader-image")
+    corpus.make(base / "corpus", 32, classes=4, seed=1, workers=2)
+    m = corpus.read_manifest(base / "corpus")
+    out = {}
+    for fmt in ("folder", "webdataset"):
+        writers.write(base / "corpus", m, base / fmt, fmt, "jpeg90", 256, workers=2)
+        out[fmt] = base / fmt
+    for p in base.rglob("*"):  # the container's user (uid 10001) reads them
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    base.chmod(0o755)
+    return out
+
+
+@pytest.mark.parametrize("loader,fmt", [("pytorch-dataloader", "folder"), ("webdataset", "webdataset")])
+def test_a_loader_runs_in_its_image(client, loader_image, datasets, loader, fmt):
+    run_id = uuid.uuid4().hex[:12]
+    c = client.containers.run(
+        loader_image, ["dataload", "--loader", loader, "--dataset", "/data", "--workers", "2", "--source", "cold",
+                       "--batch", "8", "--epochs", "1"],
+        volumes={str(datasets[fmt]): {"bind": "/data", "mode": "ro"}}, network_mode="none", detach=True,
+        # posix_fadvise(DONTNEED) evicts only for the files' owner (recent kernels): run as the dataset's owner.
+        user=f"{datasets[fmt].stat().st_uid}:{datasets[fmt].stat().st_gid}",
+        shm_size="256m", labels={"kit.run-id": run_id, "kit.owner-pid": str(os.getpid()), "kit.host": "test"})
+    try:
+        rc = c.wait(timeout=300)["StatusCode"]
+        out = c.logs(stdout=True, stderr=False).decode()
+        err = c.logs(stdout=False, stderr=True).decode()
+    finally:
+        remove_containers([c])
+    lines = out.strip().splitlines()
+    assert lines and lines[-1].startswith("KIT-RESULT "), (out, err[-2000:])
+    r = json.loads(lines[-1][len("KIT-RESULT "):])
+    assert rc == 0 and r["status"] == "ok", (r.get("error"), err[-2000:])
+    assert r["images"] == 32 and r["batch_shape"][1:] == [3, 224, 224]
+    assert r["epochs"][0]["resident_before"] <= 0.05  # dropped inside the container, checked with mincore
+    assert r["versions"]["torch"] == "2.13.0+cpu" and r["versions"]["ffcv"] is None
