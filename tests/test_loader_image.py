@@ -83,3 +83,31 @@ def test_a_loader_runs_in_its_image(client, loader_image, datasets, loader, fmt)
     assert r["images"] == 32 and r["batch_shape"][1:] == [3, 224, 224]
     assert r["epochs"][0]["resident_before"] <= 0.05  # dropped inside the container, checked with mincore
     assert r["versions"]["torch"] == "2.13.0+cpu" and r["versions"]["ffcv"] is None
+
+
+def test_kitctl_dataload_through_docker(client, loader_image, tmp_path):
+    """`kitctl run dataload --runtime docker`: one fresh container per run, the artifact says so, none left."""
+    import subprocess
+
+    from kitctl.core.artifact import load
+
+    entry = [sys.executable, "-c", "from kitctl.cli import main; main()"]
+    corpus_dir = tmp_path / "corpus"
+    assert subprocess.run([*entry, "data", "make", "--out", str(corpus_dir), "--images", "16", "--classes", "2",
+                           "--workers", "2"], capture_output=True).returncode == 0
+    res = tmp_path / "results"
+    p = subprocess.run([*entry, "run", "dataload", "--corpus", str(corpus_dir), "--loaders", "pytorch-dataloader",
+                        "--workers", "2", "--source", "cold", "--runs", "2", "--epochs", "1", "--batch", "8",
+                        "--runtime", "docker", "--results-dir", str(res)], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr + p.stdout
+    [final] = [f for f in res.glob("dataload-*.json") if not f.name.endswith(".partial.json")]
+    doc = load(final)
+    assert doc["runtime"] == {"name": "docker", "images": {"pytorch-dataloader": IMAGE}}
+    [cell] = doc["results"]
+    assert cell["status"] == "ok" and len(cell["runs"]) == 2
+    assert all(r["versions"]["torch"] == "2.13.0+cpu" and r["epochs"][0]["resident_before"] <= 0.05
+               for r in cell["runs"])
+    assert not client.containers.list(all=True, filters={"label": f"kit.run-id={doc['run_id']}"})
+    p = subprocess.run([*entry, "run", "dataload", "--corpus", str(corpus_dir), "--loaders", "ffcv", "--runtime",
+                        "docker", "--results-dir", str(res)], capture_output=True, text=True)
+    assert p.returncode == 2 and "no image for ffcv" in p.stderr

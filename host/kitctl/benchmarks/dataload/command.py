@@ -28,6 +28,9 @@ def dataload(
     limit: Optional[int] = typer.Option(None, help="Only the first N corpus images."),
     timeout: Optional[float] = typer.Option(None, help="Seconds per run before the kit kills it (default 1800)."),
     python: Optional[str] = O_PYTHON,
+    runtime: str = typer.Option("local", help="local: a fresh process per run; docker: a fresh container of the "
+                                "loader's image (kitctl/loader-torch:<tag>: pytorch-dataloader, webdataset)."),
+    image_tag: str = typer.Option("ci", help="--runtime docker: the loader images' tag."),
     results_dir: Path = O_RESULTS_DIR,
     resume: Optional[Path] = O_RESUME,
 ) -> None:
@@ -40,12 +43,13 @@ def dataload(
         store, doc, cfg = common.open_store(
             "dataload", results_dir, resume,
             lambda: DataloadConfig.from_flags(corpus, data_dir, loaders, workers, source, encoding, side, runs, epochs,
-                                              batch, limit, timeout, python),
+                                              batch, limit, timeout, python, runtime, image_tag),
             DataloadConfig.from_json)
     except Fail as exc:
         err.print(f"kitctl: {exc}")
         raise typer.Exit(EXIT_USAGE)
-    doc["runtime"]["interpreter"] = cfg.python
+    doc["runtime"] = ({"name": "docker", "images": {ld: cfg.image(ld) for ld in cfg.loaders}}
+                      if cfg.runtime == "docker" else {"name": "local", "interpreter": cfg.python})
     final = common.execute(store, doc, lambda: runner.run(cfg, store, doc, console.print))
     print_table(console, doc, final)
     raise typer.Exit(EXIT_OK if all_ok(doc) else EXIT_INCOMPLETE)

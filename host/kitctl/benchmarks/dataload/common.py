@@ -186,3 +186,55 @@ def execute(store: art.ArtifactStore, doc: dict[str, Any], body: Callable[[], No
         raise typer.Exit(EXIT_USAGE)
     finally:
         store.release()
+
+
+# Which image runs which loader through Docker (compose services are not declared yet: images/loader-*/).
+LOADER_IMAGE = {"pytorch-dataloader": "torch", "webdataset": "torch"}
+CONTAINER_DATA = "/data"
+
+
+def run_trial_docker(image: str, argv: list[str], dataset: Path, timeout_s: float, run_id: str) -> TrialRun:
+    """One fresh container of the loader's image: network off, the dataset mounted read-only at /data, as the
+    dataset's owner (a cold source needs it: DONTNEED evicts only for the owner); killed and removed at the end."""
+    import docker
+
+    from ...runtimes.docker import LABEL_RUN_ID, owner_labels
+
+    client = docker.from_env()
+    st = dataset.stat()
+    t0 = time.monotonic()
+    c = client.containers.run(image, argv, detach=True, network_mode="none", shm_size="1g", cap_drop=["ALL"],
+                              security_opt=["no-new-privileges:true"],
+                              user=f"{st.st_uid}:{st.st_gid}",
+                              volumes={str(dataset): {"bind": CONTAINER_DATA, "mode": "ro"}},
+                              labels={LABEL_RUN_ID: run_id, **owner_labels(), "kit.benchmark": "dataload"})
+    timed_out = False
+    try:
+        try:
+            rc = c.wait(timeout=timeout_s)["StatusCode"]
+        except Exception:  # noqa: BLE001 - the SDK's read timeout: the deadline passed
+            timed_out = True
+            c.kill()
+            rc = None
+        out = c.logs(stdout=True, stderr=False).decode(errors="replace")
+        errs = c.logs(stdout=False, stderr=True).decode(errors="replace")
+    finally:
+        try:
+            c.remove(force=True)
+        except docker.errors.APIError:
+            pass
+        client.close()
+    elapsed = time.monotonic() - t0
+    if timed_out:
+        return TrialRun("timeout", None, None, elapsed, f"killed by the kit after {timeout_s:g} s", errs[-STDERR_TAIL:])
+    lines = [ln for ln in out.splitlines() if ln.startswith(RESULT_PREFIX)]
+    if not lines:
+        return TrialRun("crash", None, rc, elapsed, f"no result line (exit {rc})", errs[-STDERR_TAIL:])
+    try:
+        result = json.loads(lines[-1][len(RESULT_PREFIX):])
+    except ValueError:
+        return TrialRun("crash", None, rc, elapsed, "a malformed result line", errs[-STDERR_TAIL:])
+    status = result.get("status") or "error"
+    if status == "ok" and rc != 0:
+        status = "error"
+    return TrialRun(status, result, rc, elapsed, result.get("error") if status != "ok" else None, errs[-STDERR_TAIL:])

@@ -33,12 +33,24 @@ class DataloadConfig:
     limit: int | None
     timeout_s: float
     python: str
+    runtime: str = "local"  # local: a fresh process; docker: a fresh container of the loader's image
+    image_tag: str = "ci"  # docker: kitctl/loader-<image>:<tag>
     ci_level: float = CI_LEVEL
 
     @classmethod
     def from_flags(cls, corpus: str, data_dir: str | None, loaders: str, workers: str, sources: str, encodings: str,
                    sides: str, runs: int, epochs: int, batch: int, limit: int | None, timeout: float | None,
-                   python: str | None) -> DataloadConfig:
+                   python: str | None, runtime: str = "local", image_tag: str = "ci") -> DataloadConfig:
+        from .common import LOADER_IMAGE
+
+        if runtime not in ("local", "docker"):
+            raise Fail(f"--runtime must be local or docker (got {runtime!r})")
+        if runtime == "docker":
+            names = parse_names("--loaders", loaders, LOADERS)
+            without = [n for n in names if n not in LOADER_IMAGE]
+            if without:
+                raise Fail(f"--runtime docker: no image for {', '.join(without)} yet (images/loader-torch serves "
+                           f"{', '.join(LOADER_IMAGE)}); use --runtime local for it")
         for flag, v in (("--runs", runs), ("--epochs", epochs), ("--batch", batch)):
             if v <= 0:
                 raise Fail(f"{flag} must be > 0 (got {v})")
@@ -54,14 +66,16 @@ class DataloadConfig:
                    parse_names("--loaders", loaders, LOADERS),
                    parse_ints("--workers", workers, 1, all_value=os.cpu_count() or 1),
                    parse_names("--source", sources, SOURCES), parse_names("--encoding", encodings, ENCODINGS),
-                   parse_ints("--side", sides, 32), runs, epochs, batch, limit, float(timeout or 1800), py)
+                   parse_ints("--side", sides, 32), runs, epochs, batch, limit, float(timeout or 1800), py, runtime,
+                   image_tag)
 
     @classmethod
     def from_json(cls, r: dict[str, Any]) -> DataloadConfig:
         try:
             return cls.from_flags(r["corpus"], r["data_dir"], ",".join(r["loaders"]), ",".join(map(str, r["workers"])),
                                   ",".join(r["sources"]), ",".join(r["encodings"]), ",".join(map(str, r["sides"])),
-                                  r["runs"], r["epochs"], r["batch"], r["limit"], r["timeout_s"], r["python"])
+                                  r["runs"], r["epochs"], r["batch"], r["limit"], r["timeout_s"], r["python"],
+                                  r.get("runtime", "local"), r.get("image_tag", "ci"))
         except (KeyError, TypeError) as exc:
             raise Fail(f"the partial's configuration is not a dataload one ({exc})") from None
 
@@ -69,13 +83,19 @@ class DataloadConfig:
         return {"corpus": self.corpus, "data_dir": self.data_dir, "loaders": list(self.loaders),
                 "workers": list(self.workers), "sources": list(self.sources), "encodings": list(self.encodings),
                 "sides": list(self.sides), "runs": self.runs, "epochs": self.epochs, "batch": self.batch,
-                "limit": self.limit, "timeout_s": self.timeout_s, "python": self.python, "ci_level": self.ci_level,
+                "limit": self.limit, "timeout_s": self.timeout_s, "python": self.python, "runtime": self.runtime,
+                "image_tag": self.image_tag, "ci_level": self.ci_level,
                 "pipeline": "decode -> RandomResizedCrop 224 (scale 0.08-1, ratio 3/4-4/3) -> random horizontal flip "
                             "-> uint8 batch; one warm-up epoch, then the timed epochs",
                 "sources_meaning": {"ram": "every file read into the page cache before each epoch, checked with "
                                            "mincore (>= 98% resident)",
                                     "cold": "posix_fadvise DONTNEED on every file before each epoch, checked with "
                                             "mincore (<= 5% resident); local disk, not a throttled network path"}}
+
+    def image(self, loader: str) -> str:
+        from .common import LOADER_IMAGE
+
+        return f"kitctl/loader-{LOADER_IMAGE[loader]}:{self.image_tag}"
 
     def datasets(self) -> list[tuple[str, str, int]]:
         fmts = list(dict.fromkeys(FORMAT_OF[x] for x in self.loaders))

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ...core.stats import summarize
-from .common import run_trial, save
+from .common import CONTAINER_DATA, run_trial, run_trial_docker, save
 from .config import FORMAT_OF, DataloadConfig
 
 
@@ -79,10 +79,15 @@ def run(cfg: DataloadConfig, store, doc: dict[str, Any], note: Callable[[str], N
         why = problems.get((fmt, enc, side))
         while why is None and len(cell["runs"]) < cfg.runs:
             i = len(cell["runs"]) + 1
-            tr = run_trial(cfg.python, ["dataload", "--loader", loader, "--dataset",
-                                        str(dataset_dir(cfg, n, fmt, enc, side)), "--workers", str(workers),
-                                        "--source", source, "--batch", str(cfg.batch), "--epochs", str(cfg.epochs)],
-                           cfg.timeout_s)
+            ds = dataset_dir(cfg, n, fmt, enc, side)
+            flags = ["--workers", str(workers), "--source", source, "--batch", str(cfg.batch), "--epochs",
+                     str(cfg.epochs)]
+            if cfg.runtime == "docker":
+                tr = run_trial_docker(cfg.image(loader), ["dataload", "--loader", loader, "--dataset", CONTAINER_DATA,
+                                                          *flags], ds, cfg.timeout_s, doc["run_id"])
+            else:
+                tr = run_trial(cfg.python, ["dataload", "--loader", loader, "--dataset", str(ds), *flags],
+                               cfg.timeout_s)
             figs = run_figures(tr)
             cell["runs"].append({"run": i, **tr.to_json(), **figs})
             if figs["images_per_second"] is None:
