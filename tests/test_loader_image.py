@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from conftest import BASE_IMAGE, _unavailable, remove_containers
+from conftest import _build_ci_image, remove_containers
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "trials" / "dataload"))
@@ -23,22 +22,8 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def loader_image(client) -> str:
-    import docker
-
-    try:
-        client.images.get(BASE_IMAGE)
-    except docker.errors.ImageNotFound:
-        _unavailable(f"base image {BASE_IMAGE} is absent: run .ci/docker-up.sh")
-    if not list((ROOT / "images" / "loader-torch" / "wheels").glob("torch-*.whl")):
-        _unavailable("images/loader-torch/wheels/ is empty: run images/loader-torch/fetch-cpu-wheels.sh")
-    t0 = time.monotonic()
-    try:
-        client.images.build(path=str(ROOT), dockerfile="images/loader-torch/Dockerfile", tag=IMAGE,
-                            buildargs={"BASE_IMAGE": BASE_IMAGE}, rm=True, forcerm=True)
-    except docker.errors.BuildError as exc:
-        pytest.fail(f"loader-torch build failed: {exc}", pytrace=False)
-    print(f"\n[docker tests] built {IMAGE} in {time.monotonic() - t0:.1f} s")
-    return IMAGE
+    """compose.yaml's loader-torch service, cpu-ci variant, built the way CI builds the engine images."""
+    return _build_ci_image(client, "loader-torch", "torch-*.whl")
 
 
 @pytest.fixture(scope="module")
