@@ -20,7 +20,6 @@ from __future__ import annotations
 import io
 import json
 import math
-import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
