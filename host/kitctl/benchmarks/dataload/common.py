@@ -189,7 +189,7 @@ def execute(store: art.ArtifactStore, doc: dict[str, Any], body: Callable[[], No
 
 
 # Which image runs which loader through Docker (compose services are not declared yet: images/loader-*/).
-LOADER_IMAGE = {"pytorch-dataloader": "torch", "webdataset": "torch"}
+LOADER_IMAGE = {"pytorch-dataloader": "torch", "webdataset": "torch", "ffcv": "ffcv"}
 CONTAINER_DATA = "/data"
 
 

@@ -49,7 +49,7 @@ class DataloadConfig:
             names = parse_names("--loaders", loaders, LOADERS)
             without = [n for n in names if n not in LOADER_IMAGE]
             if without:
-                raise Fail(f"--runtime docker: no image for {', '.join(without)} yet (images/loader-torch serves "
+                raise Fail(f"--runtime docker: no image for {', '.join(without)} yet (images/loader-* serve "
                            f"{', '.join(LOADER_IMAGE)}); use --runtime local for it")
         for flag, v in (("--runs", runs), ("--epochs", epochs), ("--batch", batch)):
             if v <= 0:
