@@ -23,6 +23,17 @@ def kitctl(*args, timeout=600):
                           env=dict(os.environ))
 
 
+def _cmdlines() -> dict[str, str]:
+    out = {}
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                out[p.name] = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:  # gone meanwhile
+                pass
+    return out
+
+
 def finals(results: Path, prefix: str) -> list[Path]:
     return sorted(p for p in results.glob(f"{prefix}-*.json") if not p.name.endswith(".partial.json"))
 
@@ -104,3 +115,34 @@ def test_dataload_runs_cells_and_reports_with_a_plot(corpus, tmp_path):
     md = out.read_text()
     assert "Data loading" in md and "pytorch-dataloader" in md and "decode -> RandomResizedCrop 224" in md
     assert list((tmp_path / "plots").glob("*-workers.png"))
+
+
+def test_an_interrupted_dataload_keeps_its_partial_and_resumes(corpus, tmp_path):
+    import signal
+    import time
+
+    res = tmp_path / "results"
+    args = ["run", "dataload", "--corpus", corpus, "--data-dir", tmp_path / "ds", "--loaders", "pytorch-dataloader",
+            "--workers", "1", "--source", "ram", "--runs", 4, "--epochs", 1, "--batch", 8, "--results-dir", res]
+    proc = subprocess.Popen([*ENTRY, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    partial = None
+    while time.monotonic() < deadline and partial is None:  # the first finished run has saved the partial
+        time.sleep(0.5)
+        found = list(res.glob("dataload-*.partial.json")) if res.exists() else []
+        if found and any(c["runs"] for c in json.loads(found[0].read_text())["results"]):
+            partial = found[0]
+    assert partial is not None, proc.communicate()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "partial artifact kept" in err, err
+    doc = load(partial)
+    assert doc["state"] == "interrupted" and doc["interrupted_by"] == "SIGINT"
+    done = len(doc["results"][0]["runs"])
+    assert 1 <= done < 4
+    # no trial process of this run is left (their argv holds this test's dataset folder)
+    assert not [pid for pid in _cmdlines() if str(tmp_path / "ds") in _cmdlines()[pid]]
+    p = kitctl("run", "dataload", "--resume", partial)
+    assert p.returncode == 0, p.stderr
+    final = load(Path(str(partial).replace(".partial.json", ".json")))
+    assert len(final["results"][0]["runs"]) == 4 and final["resumes"]
