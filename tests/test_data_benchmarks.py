@@ -141,7 +141,7 @@ def test_an_interrupted_dataload_keeps_its_partial_and_resumes(corpus, tmp_path)
     done = len(doc["results"][0]["runs"])
     assert 1 <= done < 4
     # no trial process of this run is left (their argv holds this test's dataset folder)
-    assert not [pid for pid in _cmdlines() if str(tmp_path / "ds") in _cmdlines()[pid]]
+    assert not [pid for pid, cmd in _cmdlines().items() if str(tmp_path / "ds") in cmd]
     p = kitctl("run", "dataload", "--resume", partial)
     assert p.returncode == 0, p.stderr
     final = load(Path(str(partial).replace(".partial.json", ".json")))
