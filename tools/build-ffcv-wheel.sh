@@ -16,8 +16,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-.whl-data}
-PY=${PY:-$(command -v python3.12 || true)}
-[ -n "$PY" ] || { echo "build-ffcv-wheel: needs python3.12 (PY=...)" >&2; exit 2; }
+if [ -z "${PY:-}" ]; then  # a python3.12 that runs (a pyenv shim may exist and refuse)
+  for c in python3.12 /root/.pyenv/versions/3.12*/bin/python3.12; do
+    if "$c" -c 'import venv' 2>/dev/null; then PY=$c; break; fi
+  done
+fi
+[ -n "${PY:-}" ] || { echo "build-ffcv-wheel: needs python3.12 (set PY=...)" >&2; exit 2; }
 FFCV_SDIST_SHA256=42766a487c8a659b543d070f24732c4b65aab8d96980f5792c63e91e55511f00
 if ! pkg-config --exists opencv4 libturbojpeg 2>/dev/null; then
   apt-get update -q >/dev/null
