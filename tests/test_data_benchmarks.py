@@ -85,7 +85,7 @@ def test_datasize_and_dataload_refuse_bad_flags(corpus, tmp_path):
     for args, what in ((("run", "datasize", "--corpus", tmp_path), "not a corpus"),
                        (("run", "datasize", "--corpus", corpus, "--formats", "zip"), "unknown zip"),
                        (("run", "dataload", "--corpus", corpus, "--workers", "0"), "below 1"),
-                       (("run", "dataload", "--corpus", corpus, "--loaders", "dali-gpu"), "unknown dali-gpu"),
+                       (("run", "dataload", "--corpus", corpus, "--loaders", "dali-tpu"), "unknown dali-tpu"),
                        (("run", "dataload", "--corpus", corpus, "--source", "ebs"), "unknown ebs")):
         p = kitctl(*args, "--results-dir", tmp_path / "r")
         assert p.returncode == 2, (args, p.stderr)

@@ -7,6 +7,8 @@ horizontal flip -> a uint8 batch. Each loader is built once per run and iterated
 | webdataset | tar shards | PIL | the same torchvision transform | DataLoader processes (shards split by worker) |
 | ffcv | .beton | libturbojpeg (ffcv's C part) | ffcv's RandomResizedCropRGBImageDecoder: cv2 INTER_AREA | ffcv threads (numba, nogil) |
 | pytorch-nvjpeg | folder | nvJPEG on the GPU (torchvision.io.decode_jpeg) | on the GPU: torch interpolate bilinear, antialiased | DataLoader processes read bytes |
+| dali-cpu | folder (JPEG only) | DALI's CPU decoder, crop fused into the decode (decoders.image_random_crop) | fn.resize (linear, antialiased) | DALI threads |
+| dali-gpu | folder (JPEG only) | DALI `mixed` decoder (nvJPEG), crop fused | fn.resize on the GPU | DALI threads + the GPU |
 
 Without torchvision (this CI host has only a CPU torch and no CPU torchvision wheel) the folder and
 webdataset loaders use the kit's own copy of torchvision's RandomResizedCrop.get_params and the same
@@ -25,11 +27,12 @@ from PIL import Image
 CROP = 224
 SCALE = (0.08, 1.0)
 RATIO = (3 / 4, 4 / 3)
-CPU_LOADERS = ("pytorch-dataloader", "webdataset", "ffcv")
-GPU_LOADERS = ("pytorch-nvjpeg",)
+CPU_LOADERS = ("pytorch-dataloader", "webdataset", "ffcv", "dali-cpu")
+GPU_LOADERS = ("pytorch-nvjpeg", "dali-gpu")
 LOADERS = CPU_LOADERS + GPU_LOADERS
 # Which dataset format each loader reads.
-FORMAT_OF = {"pytorch-dataloader": "folder", "webdataset": "webdataset", "ffcv": "ffcv", "pytorch-nvjpeg": "folder"}
+FORMAT_OF = {"pytorch-dataloader": "folder", "webdataset": "webdataset", "ffcv": "ffcv", "pytorch-nvjpeg": "folder",
+             "dali-cpu": "folder", "dali-gpu": "folder"}
 
 
 def crop_params(rng: random.Random, width: int, height: int) -> tuple[int, int, int, int]:
@@ -114,8 +117,12 @@ def data_files(fmt: str, root: Path) -> list[Path]:
 class Built:
     """A loader ready to iterate: epoch() yields uint8 batches (B, 224, 224, 3 or B, 3, 224, 224)."""
 
-    def __init__(self, epoch: Callable[[], Iterator[Any]], impl: str, layout: str, notes: str = ""):
+    def __init__(self, epoch: Callable[[], Iterator[Any]], impl: str, layout: str, notes: str = "",
+                 reset: Callable[[], None] | None = None):
         self.epoch, self.impl, self.layout, self.notes = epoch, impl, layout, notes
+        # Called before the source is prepared for an epoch (untimed): a loader that reads ahead across epochs
+        # (DALI) starts afresh, so nothing it prefetched survives a cache drop.
+        self.reset = reset
 
 
 def _folder_dataset(root: Path, tf):
@@ -150,6 +157,8 @@ def build(loader: str, root: Path, batch: int, workers: int, source: str, seed: 
         return _ffcv(root, batch, workers, source, seed)
     if loader == "pytorch-nvjpeg":
         return _nvjpeg(root, batch, workers, seed)
+    if loader in ("dali-cpu", "dali-gpu"):
+        return _dali(root, batch, workers, seed, source, gpu=loader == "dali-gpu")
     raise ValueError(f"unknown loader {loader!r} (known: {', '.join(LOADERS)})")
 
 
@@ -250,6 +259,64 @@ def _nvjpeg(root, batch, workers, seed):
 
     return Built(epoch, f"torchvision {torchvision.__version__} decode_jpeg(device=cuda) (nvJPEG); crop + bilinear "
                  "antialiased resize on the GPU; DataLoader workers read bytes", "NCHW")
+
+
+class _Shape:
+    """What the trial checks of a batch that stays on the GPU (DALI's TensorGPU): its shape and dtype."""
+
+    def __init__(self, shape, dtype: str):
+        self.shape, self.dtype = tuple(int(x) for x in shape), dtype
+
+
+def _dali(root, batch, workers, seed, source, gpu: bool):
+    """DALI's canonical ResNet-50 pipeline: file reader -> decode with the random crop fused in -> resize 224 ->
+    flip. dali-cpu needs no GPU (device_id=None); dali-gpu decodes with nvJPEG (`mixed`) and resizes on the GPU."""
+    from nvidia.dali import fn, pipeline_def, types
+    import nvidia.dali as dali
+
+    if any(p.endswith(".npy") for p, _ in folder_samples(root)):
+        raise ValueError("DALI's file reader + image decoder read encoded images: raw/mix datasets are not for DALI")
+    decode_dev, dev = ("mixed", "gpu") if gpu else ("cpu", "cpu")
+
+    @pipeline_def(batch_size=batch, num_threads=workers, device_id=0 if gpu else None, prefetch_queue_depth=2)
+    def pipe():
+        # Cold: plain reads (DALI's default mmap keeps the files mapped, and mapped pages cannot be dropped).
+        jpegs, labels = fn.readers.file(file_root=str(root / "train"), random_shuffle=True, name="Reader",
+                                        dont_use_mmap=source == "cold")
+        images = fn.decoders.image_random_crop(jpegs, device=decode_dev, output_type=types.RGB,
+                                               random_area=list(SCALE), random_aspect_ratio=list(RATIO),
+                                               num_attempts=10)
+        images = fn.resize(images, device=dev, resize_x=CROP, resize_y=CROP)
+        images = fn.flip(images, device=dev, horizontal=fn.random.coin_flip())
+        return images, labels
+
+    state: dict[str, Any] = {"epochs": 0}
+
+    def reset() -> None:  # a new pipeline per epoch, built untimed; it reads nothing before its first run()
+        state.pop("pipe", None)
+        p = pipe(seed=seed + 1 + state["epochs"])
+        p.build()
+        state["pipe"], state["epochs"] = p, state["epochs"] + 1
+
+    reset()
+    size = int(state["pipe"].epoch_size("Reader"))
+
+    def epoch():
+        p = state["pipe"]
+        n = 0
+        while n < size:  # the reader runs on across epochs: an epoch is `size` samples
+            images, _ = p.run()
+            t = images.as_tensor()
+            take = min(len(images), size - n)
+            n += take
+            if gpu:
+                yield _Shape([take, *t.shape()[1:]], "uint8")
+            else:
+                yield np.asarray(t)[:take]
+
+    return Built(epoch, f"DALI {dali.__version__} readers.file + decoders.image_random_crop ({decode_dev}) + "
+                 f"resize ({dev}) + flip; reader {'read()' if source == 'cold' else 'mmap'}; a new pipeline per epoch, "
+                 "built untimed", "NHWC", reset=reset)
 
 
 def versions() -> dict:

@@ -110,6 +110,8 @@ def dataload(a, result: dict) -> None:
                    "impl": built.impl, "layout": built.layout, "notes": built.notes})
 
     def prepare() -> tuple[float, float]:
+        if built.reset is not None:
+            built.reset()
         t0 = time.perf_counter()
         frac = pagecache.warm(files) if a.source == "ram" else pagecache.drop(files)
         return frac, time.perf_counter() - t0

@@ -11,8 +11,9 @@ from typing import Any
 from ...errors import Fail
 from .common import check_corpus, parse_ints, parse_names
 
-LOADERS = ("pytorch-dataloader", "webdataset", "ffcv", "pytorch-nvjpeg")
-FORMAT_OF = {"pytorch-dataloader": "folder", "webdataset": "webdataset", "ffcv": "ffcv", "pytorch-nvjpeg": "folder"}
+LOADERS = ("pytorch-dataloader", "webdataset", "ffcv", "pytorch-nvjpeg", "dali-cpu", "dali-gpu")
+FORMAT_OF = {"pytorch-dataloader": "folder", "webdataset": "webdataset", "ffcv": "ffcv", "pytorch-nvjpeg": "folder",
+             "dali-cpu": "folder", "dali-gpu": "folder"}
 ENCODINGS = ("jpeg50", "jpeg90", "jpeg100", "mix90", "raw")
 SOURCES = ("ram", "cold")
 CI_LEVEL = 0.95
