@@ -92,6 +92,9 @@ fi
 "$ROOT/images/pytorch/fetch-cpu-wheels.sh"
 # 5. the same for the tensorflow image (tensorflow-cpu and its deps) -------------------------
 "$ROOT/images/tensorflow/fetch-cpu-wheels.sh"
+# 5b. the loader-torch image's wheels (CPU torch + webdataset), for an offline build ------------
+"$ROOT/images/loader-torch/fetch-cpu-wheels.sh"
+"$ROOT/images/loader-ffcv/fetch-cpu-wheels.sh"  # builds ffcv from its sdist (needs Debian's OpenCV dev packages)
 # 6. the engine of the private CDI test daemon (Debian trixie's dockerd 26.1; tests/test_gpu_request.py
 #    starts it with .ci/cdi-dockerd.sh and stops it after the session) ------------------------
 bash "$ROOT/.ci/cdi-dockerd.sh" fetch

@@ -5,5 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash .ci/setup-python.sh
+bash .ci/setup-dataload.sh
 bash .ci/setup-cxx.sh
 bash .ci/docker-up.sh

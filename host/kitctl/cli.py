@@ -19,7 +19,7 @@ from .reports.cli import register as register_reports
 from .runtimes import clean
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Containerized max-batch and throughput benchmarks for deep-learning engines.")
+                  help="Containerized benchmarks for deep-learning engines: max batch, training throughput, data loading.")
 run_app = typer.Typer(no_args_is_help=True, help="Run a benchmark.")
 app.add_typer(run_app, name="run")
 for _b in benchmarks.all():

@@ -46,6 +46,8 @@ from typing import Any
 BUILTIN = (
     "kitctl.benchmarks.maxbatch.benchmark",
     "kitctl.benchmarks.throughput.benchmark",
+    "kitctl.benchmarks.datasize",
+    "kitctl.benchmarks.dataload",
 )
 
 

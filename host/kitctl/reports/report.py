@@ -68,6 +68,8 @@ def title(src: Source) -> str:
     if src.kind == KITCTL:
         cfg = src.config
         what = benchmarks.get(src.benchmark).title
+        if cfg.model is None:  # the data benchmarks: no model, their own data
+            return f"{what} · {src.machine_short}"
         model = _MODEL_NAMES.get(cfg.model, cfg.model)
         return f"{what} — {model}, {cfg.dataset} data · {src.machine_short}"
     return f"Reference max batch — {src.doc.get('dataset', '?')} · {src.machine_short}"

@@ -1,0 +1,55 @@
+"""`kitctl run dataload`: its flags into a DataloadConfig, one fresh trial process per run."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from ...errors import EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, Fail, err
+from ...runconfig import O_PYTHON, O_RESULTS_DIR, O_RESUME
+from ... import datarun as common
+from .config import DataloadConfig
+
+
+def dataload(
+    loaders: str = typer.Option("pytorch-dataloader,webdataset,ffcv",
+                                help="Comma list: pytorch-dataloader, webdataset, ffcv, pytorch-nvjpeg (GPU)."),
+    workers: str = typer.Option("all", help="Loader workers: a comma list (a sweep: 1,2,4,8,16) or all (every core)."),
+    source: str = typer.Option("ram", help="ram (page cache warm, checked) and/or cold (dropped before each epoch)."),
+    encoding: str = typer.Option("jpeg90", help="Comma list: jpeg50, jpeg90, jpeg100, mix90, raw."),
+    side: str = typer.Option("256", help="Max side(s) in px of the dataset."),
+    runs: int = typer.Option(5, help="Fresh processes per cell (median and interval over them)."),
+    epochs: int = typer.Option(2, help="Timed epochs per run (after one warm-up epoch)."),
+    batch: int = typer.Option(256, help="Batch size."),
+    corpus: str = typer.Option("data/corpus", help="A corpus made by `kitctl data make`."),
+    data_dir: Optional[str] = typer.Option(None, help="Where datasets are written and reused (default: beside the corpus)."),
+    limit: Optional[int] = typer.Option(None, help="Only the first N corpus images."),
+    timeout: Optional[float] = typer.Option(None, help="Seconds per run before the kit kills it (default 1800)."),
+    python: Optional[str] = O_PYTHON,
+    runtime: str = typer.Option("local", help="local: a fresh process per run; docker: a fresh container of the "
+                                "loader's image (kitctl/loader-torch:<tag>: pytorch-dataloader, webdataset; kitctl/loader-ffcv:<tag>: ffcv)."),
+    image_tag: str = typer.Option("ci", help="--runtime docker: the loader images' tag."),
+    results_dir: Path = O_RESULTS_DIR,
+    resume: Optional[Path] = O_RESUME,
+) -> None:
+    """Data-loading images/s per loader (decode → RandomResizedCrop 224 → flip), from RAM or cold storage."""
+    from . import run as runner
+    from .table import all_ok, print_table
+
+    console = Console(highlight=False)
+    try:
+        store, doc, cfg = common.open_store(
+            "dataload", results_dir, resume,
+            lambda: DataloadConfig.from_flags(corpus, data_dir, loaders, workers, source, encoding, side, runs, epochs,
+                                              batch, limit, timeout, python, runtime, image_tag),
+            DataloadConfig.from_json)
+    except Fail as exc:
+        err.print(f"kitctl: {exc}")
+        raise typer.Exit(EXIT_USAGE)
+    doc["runtime"] = ({"name": "docker", "images": {ld: cfg.image(ld) for ld in cfg.loaders}}
+                      if cfg.runtime == "docker" else {"name": "local", "interpreter": cfg.python})
+    final = common.execute(store, doc, lambda: runner.run(cfg, store, doc, console.print))
+    print_table(console, doc, final)
+    raise typer.Exit(EXIT_OK if all_ok(doc) else EXIT_INCOMPLETE)

@@ -1,0 +1,107 @@
+"""dataload's typed configuration: built and checked once from the flags, recorded in the artifact, rebuilt
+from a partial's record for --resume through the same checks."""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...errors import Fail
+from ...datarun import check_corpus, parse_ints, parse_names
+
+LOADERS = ("pytorch-dataloader", "webdataset", "ffcv", "pytorch-nvjpeg", "dali-cpu", "dali-gpu")
+FORMAT_OF = {"pytorch-dataloader": "folder", "webdataset": "webdataset", "ffcv": "ffcv", "pytorch-nvjpeg": "folder",
+             "dali-cpu": "folder", "dali-gpu": "folder"}
+ENCODINGS = ("jpeg50", "jpeg90", "jpeg100", "mix90", "raw")
+SOURCES = ("ram", "cold")
+CI_LEVEL = 0.95
+
+
+@dataclass(frozen=True)
+class DataloadConfig:
+    corpus: str
+    data_dir: str  # where the datasets are written once and reused (<format>-<encoding>-<side>-n<images>)
+    loaders: tuple[str, ...]
+    workers: tuple[int, ...]
+    sources: tuple[str, ...]
+    encodings: tuple[str, ...]
+    sides: tuple[int, ...]
+    runs: int
+    epochs: int
+    batch: int
+    limit: int | None
+    timeout_s: float
+    python: str
+    runtime: str = "local"  # local: a fresh process; docker: a fresh container of the loader's image
+    image_tag: str = "ci"  # docker: kitctl/loader-<image>:<tag>
+    ci_level: float = CI_LEVEL
+
+    @classmethod
+    def from_flags(cls, corpus: str, data_dir: str | None, loaders: str, workers: str, sources: str, encodings: str,
+                   sides: str, runs: int, epochs: int, batch: int, limit: int | None, timeout: float | None,
+                   python: str | None, runtime: str = "local", image_tag: str = "ci") -> DataloadConfig:
+        from ...datarun import LOADER_IMAGE
+
+        if runtime not in ("local", "docker"):
+            raise Fail(f"--runtime must be local or docker (got {runtime!r})")
+        if runtime == "docker":
+            names = parse_names("--loaders", loaders, LOADERS)
+            without = [n for n in names if n not in LOADER_IMAGE]
+            if without:
+                raise Fail(f"--runtime docker: no image for {', '.join(without)} yet (images/loader-* serve "
+                           f"{', '.join(LOADER_IMAGE)}); use --runtime local for it")
+        for flag, v in (("--runs", runs), ("--epochs", epochs), ("--batch", batch)):
+            if v <= 0:
+                raise Fail(f"{flag} must be > 0 (got {v})")
+        if limit is not None and limit <= 0:
+            raise Fail(f"--limit must be > 0 (got {limit})")
+        if timeout is not None and timeout <= 0:
+            raise Fail(f"--timeout must be > 0 (got {timeout})")
+        py = python or sys.executable
+        if not os.access(py, os.X_OK):
+            raise Fail(f"--python {py}: not an executable")
+        c = check_corpus(corpus)
+        return cls(str(c), str(Path(data_dir).expanduser().resolve()) if data_dir else str(c.parent / "datasets"),
+                   parse_names("--loaders", loaders, LOADERS),
+                   parse_ints("--workers", workers, 1, all_value=os.cpu_count() or 1),
+                   parse_names("--source", sources, SOURCES), parse_names("--encoding", encodings, ENCODINGS),
+                   parse_ints("--side", sides, 32), runs, epochs, batch, limit, float(timeout or 1800), py, runtime,
+                   image_tag)
+
+    @classmethod
+    def from_json(cls, r: dict[str, Any]) -> DataloadConfig:
+        try:
+            return cls.from_flags(r["corpus"], r["data_dir"], ",".join(r["loaders"]), ",".join(map(str, r["workers"])),
+                                  ",".join(r["sources"]), ",".join(r["encodings"]), ",".join(map(str, r["sides"])),
+                                  r["runs"], r["epochs"], r["batch"], r["limit"], r["timeout_s"], r["python"],
+                                  r.get("runtime", "local"), r.get("image_tag", "ci"))
+        except (KeyError, TypeError) as exc:
+            raise Fail(f"the partial's configuration is not a dataload one ({exc})") from None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"corpus": self.corpus, "data_dir": self.data_dir, "loaders": list(self.loaders),
+                "workers": list(self.workers), "sources": list(self.sources), "encodings": list(self.encodings),
+                "sides": list(self.sides), "runs": self.runs, "epochs": self.epochs, "batch": self.batch,
+                "limit": self.limit, "timeout_s": self.timeout_s, "python": self.python, "runtime": self.runtime,
+                "image_tag": self.image_tag, "ci_level": self.ci_level,
+                "pipeline": "decode -> RandomResizedCrop 224 (scale 0.08-1, ratio 3/4-4/3) -> random horizontal flip "
+                            "-> uint8 batch; one warm-up epoch, then the timed epochs",
+                "sources_meaning": {"ram": "every file read into the page cache before each epoch, checked with "
+                                           "mincore (>= 98% resident)",
+                                    "cold": "posix_fadvise DONTNEED on every file before each epoch, checked with "
+                                            "mincore (<= 5% resident); local disk, not a throttled network path"}}
+
+    def image(self, loader: str) -> str:
+        from ...datarun import LOADER_IMAGE
+
+        return f"kitctl/loader-{LOADER_IMAGE[loader]}:{self.image_tag}"
+
+    def datasets(self) -> list[tuple[str, str, int]]:
+        fmts = list(dict.fromkeys(FORMAT_OF[x] for x in self.loaders))
+        return [(f, e, s) for e in self.encodings for s in self.sides for f in fmts]
+
+    def cells(self) -> list[tuple[str, str, int, str, int]]:
+        return [(ld, e, s, src, w) for e in self.encodings for s in self.sides for src in self.sources
+                for ld in self.loaders for w in self.workers]

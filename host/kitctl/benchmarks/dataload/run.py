@@ -1,0 +1,104 @@
+"""Runs dataload: each dataset written once into data_dir (reused when its dataset.json matches), then per
+loader × encoding × side × source × workers, `runs` fresh trial processes; the artifact saved after each."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from ...core.stats import summarize
+from ...datarun import CONTAINER_DATA, run_trial, run_trial_docker, save
+from .config import FORMAT_OF, DataloadConfig
+
+
+def dataset_dir(cfg: DataloadConfig, images: int, fmt: str, enc: str, side: int) -> Path:
+    return Path(cfg.data_dir) / f"{fmt}-{enc}-{side}-n{images}"
+
+
+def corpus_images(cfg: DataloadConfig) -> int:
+    n = json.loads((Path(cfg.corpus) / "manifest.json").read_text())["images"]
+    return min(n, cfg.limit) if cfg.limit else n
+
+
+def find(doc: dict[str, Any], key: tuple) -> dict[str, Any] | None:
+    return next((c for c in doc["results"]
+                 if (c["loader"], c["encoding"], c["side"], c["source"], c["workers"]) == key), None)
+
+
+def prepare(cfg: DataloadConfig, doc: dict[str, Any], note: Callable[[str], None]) -> dict[tuple, str | None]:
+    """Write the datasets the cells need; returns why each (format, encoding, side) is unusable, or None."""
+    n = corpus_images(cfg)
+    problems: dict[tuple, str | None] = {}
+    doc.setdefault("datasets", [])
+    for fmt, enc, side in cfg.datasets():
+        d = dataset_dir(cfg, n, fmt, enc, side)
+        info = d / "dataset.json"
+        if info.is_file():
+            problems[(fmt, enc, side)] = None
+            continue
+        argv = ["datasize", "--corpus", cfg.corpus, "--out", str(d), "--format", fmt, "--encoding", enc,
+                "--side", str(side), "--keep"]
+        if cfg.limit:
+            argv += ["--limit", str(cfg.limit)]
+        tr = run_trial(cfg.python, argv, cfg.timeout_s)
+        problems[(fmt, enc, side)] = None if tr.status == "ok" else f"writing the dataset failed: {tr.error}"
+        doc["datasets"].append({"path": str(d), "format": fmt, "encoding": enc, "side": side, **tr.to_json(),
+                                "size": {k: (tr.result or {}).get(k) for k in ("images", "payload_bytes", "file_bytes",
+                                                                               "write_seconds")}})
+        note(f"dataset {d.name}: {tr.status}" + (f" ({tr.error})" if tr.error else
+                                                f" in {tr.elapsed_s:.1f} s"))
+    return problems
+
+
+def run_figures(tr) -> dict[str, Any]:
+    r = tr.result or {}
+    ok = tr.status == "ok" and isinstance(r.get("images_per_second"), (int, float))
+    return {"images_per_second": r.get("images_per_second") if ok else None, "images": r.get("images"),
+            "window_seconds": r.get("window_seconds"), "warmup_seconds": r.get("warmup_seconds"),
+            "epochs": r.get("epochs"), "impl": r.get("impl"), "batch_shape": r.get("batch_shape"),
+            "cpu_count": r.get("cpu_count"), "versions": r.get("versions")}
+
+
+def run(cfg: DataloadConfig, store, doc: dict[str, Any], note: Callable[[str], None]) -> None:
+    problems = prepare(cfg, doc, note)
+    save(store, doc)
+    n = corpus_images(cfg)
+    for key in cfg.cells():
+        loader, enc, side, source, workers = key
+        cell = find(doc, key)
+        if cell is None:
+            cell = {"loader": loader, "encoding": enc, "side": side, "source": source, "workers": workers,
+                    "status": "pending", "reason": "", "runs": [], "summary": None}
+            doc["results"].append(cell)
+        if cell["status"] == "ok":
+            continue
+        # A resumed cell keeps its passing runs; a failed run is run again.
+        cell["runs"] = [r for r in cell["runs"] if r["status"] == "ok"]
+        cell["status"], cell["reason"] = "pending", ""
+        fmt = FORMAT_OF[loader]
+        why = problems.get((fmt, enc, side))
+        while why is None and len(cell["runs"]) < cfg.runs:
+            i = len(cell["runs"]) + 1
+            ds = dataset_dir(cfg, n, fmt, enc, side)
+            flags = ["--workers", str(workers), "--source", source, "--batch", str(cfg.batch), "--epochs",
+                     str(cfg.epochs)]
+            if cfg.runtime == "docker":
+                tr = run_trial_docker(cfg.image(loader), ["dataload", "--loader", loader, "--dataset", CONTAINER_DATA,
+                                                          *flags], ds, cfg.timeout_s, doc["run_id"])
+            else:
+                tr = run_trial(cfg.python, ["dataload", "--loader", loader, "--dataset", str(ds), *flags],
+                               cfg.timeout_s)
+            figs = run_figures(tr)
+            cell["runs"].append({"run": i, **tr.to_json(), **figs})
+            if figs["images_per_second"] is None:
+                why = f"run {i}/{cfg.runs} failed — {tr.status}: {tr.error}"
+            else:
+                note(f"{loader} {enc}@{side} {source} w={workers} run {i}/{cfg.runs}: "
+                     f"{figs['images_per_second']:,.0f} images/s")
+            save(store, doc)
+        if why is not None:
+            cell.update(status="failed", reason=why, summary=None)
+            note(f"{loader} {enc}@{side} {source} w={workers}: FAILED, {why}")
+        else:
+            cell.update(status="ok", summary=summarize([r["images_per_second"] for r in cell["runs"]], cfg.ci_level))
+        save(store, doc)

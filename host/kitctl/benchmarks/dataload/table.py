@@ -1,0 +1,56 @@
+"""dataload's rows: one per loader × encoding × side × source × workers (end table, report, plots)."""
+from __future__ import annotations
+
+from typing import Any
+
+from ...datarun import FFCV_PUBLISHED_LOAD
+
+
+def rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for c in doc["results"]:
+        s = c.get("summary") or {}
+        cores = next((r.get("cpu_count") for r in c["runs"] if r.get("cpu_count")), None)
+        out.append({"loader": c["loader"], "encoding": c["encoding"], "side": c["side"], "source": c["source"],
+                    "workers": c["workers"], "status": c["status"], "reason": c.get("reason", ""),
+                    "median": s.get("median"), "ci_low": s.get("ci_low"), "ci_high": s.get("ci_high"),
+                    "ci_level": s.get("ci_level"), "runs": len(c["runs"]), "cores": cores,
+                    "per_worker": s["median"] / c["workers"] if s.get("median") else None,
+                    "ffcv_published": FFCV_PUBLISHED_LOAD.get((c["loader"], c["encoding"], c["side"], c["source"]))})
+    return out
+
+
+def all_ok(doc: dict[str, Any]) -> bool:
+    return bool(doc["results"]) and all(c["status"] == "ok" for c in doc["results"])
+
+
+def _n(x: Any) -> str:
+    return "—" if x is None else f"{x:,.0f}"
+
+
+def table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    head = ["Loader", "Data", "Source", "Workers", "images/s (median)", "interval", "per worker", "runs",
+            "FFCV published (96 vCPU)"]
+    body = []
+    for r in rows(doc):
+        data = f"{r['encoding']}@{r['side']}"
+        if r["status"] != "ok":
+            body.append([r["loader"], data, r["source"], str(r["workers"]), f"FAILED: {r['reason']}", "", "", str(r["runs"]), ""])
+            continue
+        lvl = f"{r['ci_level'] * 100:.0f}% " if r["ci_level"] else ""
+        body.append([r["loader"], data, r["source"], str(r["workers"]), _n(r["median"]),
+                     f"{lvl}{_n(r['ci_low'])}–{_n(r['ci_high'])}", _n(r["per_worker"]), str(r["runs"]),
+                     _n(r["ffcv_published"]) if r["ffcv_published"] else ""])
+    return head, body
+
+
+def print_table(console, doc: dict[str, Any], final) -> None:
+    from rich.table import Table
+
+    head, body = table_rows(doc)
+    t = Table(title=f"Data loading, images/s (decode → RandomResizedCrop 224 → flip) — {final}")
+    for h in head:
+        t.add_column(h, justify="left" if h in ("Loader", "Data", "Source") else "right")
+    for r in body:
+        t.add_row(*r)
+    console.print(t)

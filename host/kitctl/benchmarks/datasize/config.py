@@ -1,0 +1,65 @@
+"""datasize's typed configuration: built and checked once from the flags, recorded in the artifact,
+rebuilt from a partial's record for --resume through the same checks."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import Fail
+from ...datarun import check_corpus, parse_ints, parse_names
+
+# The trial's vocabulary (trials/dataload/writers.py): the host never imports the trial.
+FORMATS = ("folder", "webdataset", "ffcv")
+ENCODINGS = ("jpeg50", "jpeg90", "jpeg100", "mix90", "raw")
+SIDES = "256,384,512,1600"
+MIX_COMPRESS_PROBABILITY = 0.75  # recorded; the writer's own constant is the one used
+
+
+@dataclass(frozen=True)
+class DatasizeConfig:
+    corpus: str
+    formats: tuple[str, ...]
+    encodings: tuple[str, ...]
+    sides: tuple[int, ...]
+    limit: int | None  # the first N corpus images (bytes per image is an average: a sample suffices)
+    workers: int  # writer processes
+    timeout_s: float
+    python: str
+
+    @classmethod
+    def from_flags(cls, corpus: str, formats: str, encodings: str, sides: str, limit: int | None, workers: int,
+                   timeout: float | None, python: str | None) -> DatasizeConfig:
+        import os
+        import sys
+
+        if limit is not None and limit <= 0:
+            raise Fail(f"--limit must be > 0 (got {limit})")
+        if workers <= 0:
+            raise Fail(f"--workers must be > 0 (got {workers})")
+        if timeout is not None and timeout <= 0:
+            raise Fail(f"--timeout must be > 0 (got {timeout})")
+        py = python or sys.executable
+        if not os.access(py, os.X_OK):
+            raise Fail(f"--python {py}: not an executable")
+        return cls(str(check_corpus(corpus)), parse_names("--formats", formats, FORMATS),
+                   parse_names("--encodings", encodings, ENCODINGS), parse_ints("--sides", sides, 32), limit, workers,
+                   float(timeout or 3600), py)
+
+    @classmethod
+    def from_json(cls, r: dict[str, Any]) -> DatasizeConfig:
+        try:
+            return cls.from_flags(r["corpus"], ",".join(r["formats"]), ",".join(r["encodings"]),
+                                  ",".join(map(str, r["sides"])), r["limit"], r["workers"], r["timeout_s"], r["python"])
+        except (KeyError, TypeError) as exc:
+            raise Fail(f"the partial's configuration is not a datasize one ({exc})") from None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"corpus": self.corpus, "formats": list(self.formats), "encodings": list(self.encodings),
+                "sides": list(self.sides), "limit": self.limit, "workers": self.workers, "timeout_s": self.timeout_s,
+                "python": self.python, "mix_compress_probability": MIX_COMPRESS_PROBABILITY,
+                "imagenet_images": 1_281_167,
+                "sizes": "payload = the encoded images alone (ffcv: Reader.alloc_table['size'] summed); file = the "
+                         "files on disk (ffcv pads to 8 MiB pages, tar adds headers)"}
+
+    def units(self) -> list[tuple[str, str, int]]:
+        return [(f, e, s) for e in self.encodings for s in self.sides for f in self.formats]

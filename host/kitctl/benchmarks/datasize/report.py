@@ -1,0 +1,52 @@
+"""datasize's part of `kitctl report`: the size table in FFCV's shape (ImageNet-equivalent GB per encoding
+× max side, per format) with FFCV's published figures beside it."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ...reports.format import table
+from ...datarun import FFCV_PUBLISHED_GB
+from .table import rows, table_rows
+
+if TYPE_CHECKING:
+    from ...reports.sources import Source
+
+
+def result_table(src: Source) -> list[str]:
+    head, body = table_rows(src.doc)
+    lines = table(head, body, right=set(range(2, len(head))))
+    # FFCV's shape: rows = max side, columns = encodings, one block per format (payload GB).
+    rs = [r for r in rows(src.doc) if r["status"] == "ok"]
+    encs = list(dict.fromkeys(r["encoding"] for r in rs))
+    for fmt in dict.fromkeys(r["format"] for r in rs):
+        by = {(r["encoding"], r["side"]): r["gb_payload"] for r in rs if r["format"] == fmt}
+        sides = sorted({s for _, s in by})
+        lines += ["", f"**{fmt}**: ImageNet-equivalent GB (payload), measured"
+                  + (" / FFCV published" if fmt == "ffcv" else ""), ""]
+        body2 = []
+        for s in sides:
+            row = [str(s)]
+            for e in encs:
+                v = by.get((e, s))
+                cell = "—" if v is None else f"{v:,.2f}"
+                pub = FFCV_PUBLISHED_GB.get((e, s)) if fmt == "ffcv" else None
+                row.append(cell + (f" / {pub:,.2f}" if pub is not None else ""))
+            body2.append(row)
+        lines += table(["Max side", *encs], body2, right=set(range(1, len(encs) + 1)))
+    return lines
+
+
+def ratios(sources: list[Any]) -> list[Any]:
+    return []
+
+
+def measured(doc: dict[str, Any]) -> list[list[str]]:
+    c = doc["configuration"]
+    return [["Question", "bytes per image of each loader's dataset format, per encoding × max side"],
+            ["Formats", ", ".join(c["formats"])],
+            ["Encodings", ", ".join(c["encodings"]) + f" (mix90: each image JPEG q90 with probability "
+                                                    f"{c['mix_compress_probability']}, else raw — FFCV's proportion mode)"],
+            ["Max sides", ", ".join(map(str, c["sides"])) + " px (downscaled with area interpolation, never upscaled)"],
+            ["Images", f"corpus `{c['corpus']}`" + (f", first {c['limit']:,}" if c.get("limit") else ", all")],
+            ["Sizes", c.get("sizes", "")],
+            ["ImageNet equivalent", f"bytes per image × {c.get('imagenet_images', 1_281_167):,}"]]

@@ -1,0 +1,240 @@
+"""What the data benchmarks (`datasize`, `dataload`) share: the data trial (trials/dataload/trial.py) started as a fresh
+process group per unit of work (the local runtime's way: its own session, killed whole on a deadline or
+a signal), the artifact document and the save/resume loop. The engines' Runtime speaks the engines'
+trial protocol (TrialRequest); the data trials take other flags, so they have this small runner."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import typer
+
+from .core import artifact as art
+from .core import signals
+from .core.paths import kit_root
+from .core.provenance import host_info, kit_info
+from .core.signals import Interrupted
+from .errors import EXIT_INTERRUPTED, EXIT_USAGE, Fail, err
+
+RESULT_PREFIX = "KIT-RESULT "
+STDERR_TAIL = 4000
+# Published by FFCV for ImageNet's 1,281,167 training images (GB), as DESIGN.md quotes them; the
+# cells it does not quote stay empty rather than guessed.
+FFCV_PUBLISHED_GB = {("jpeg90", 256): 22.01, ("jpeg90", 512): 65.47, ("raw", 256): 169.79, ("mix90", 256): 58.36}
+FFCV_PUBLISHED_LOAD = {("ffcv", "jpeg90", 512, "ram"): 31_278, ("ffcv", "raw", 256, "ram"): 172_801,
+                       ("ffcv", "jpeg90", 512, "cold"): 16_631, ("ffcv", "raw", 512, "cold"): 1_956,
+                       ("ffcv", "raw", 256, "cold"): 6_870}
+FFCV_MACHINE = "AWS p3dn.24xlarge, 96 vCPU, all cores; cold = EBS"
+
+
+def trial_path() -> Path:
+    return kit_root() / "trials" / "dataload" / "trial.py"
+
+
+@dataclass(frozen=True)
+class TrialRun:
+    status: str  # the trial's status, or timeout / crash / interrupted (the host's)
+    result: dict[str, Any] | None
+    exit_code: int | None
+    elapsed_s: float
+    error: str | None
+    stderr_tail: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"status": self.status, "exit_code": self.exit_code, "elapsed_s": self.elapsed_s,
+                "error": self.error, "stderr_tail": self.stderr_tail}
+
+
+def run_trial(python: str, argv: list[str], timeout_s: float) -> TrialRun:
+    """One fresh trial process in its own session; the whole group is killed on timeout or signal."""
+    t0 = time.monotonic()
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([python, str(trial_path()), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True, env=env)
+    timed_out = False
+    try:
+        try:
+            out, errs = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, errs = proc.communicate()
+        except BaseException:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise
+    finally:
+        try:  # stragglers (loader workers) die with the group
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    elapsed = time.monotonic() - t0
+    tail = errs[-STDERR_TAIL:]
+    rc = proc.returncode
+    if timed_out:
+        return TrialRun("timeout", None, None, elapsed, f"killed by the kit after {timeout_s:g} s", tail)
+    lines = [ln for ln in out.splitlines() if ln.startswith(RESULT_PREFIX)]
+    if not lines:
+        return TrialRun("crash", None, rc, elapsed, f"no result line (exit {rc})", tail)
+    try:
+        result = json.loads(lines[-1][len(RESULT_PREFIX):])
+    except ValueError:
+        return TrialRun("crash", None, rc, elapsed, "a malformed result line", tail)
+    status = result.get("status") if isinstance(result, dict) else None
+    if status == "ok" and rc != 0:
+        status = "error"
+    return TrialRun(status or "error", result, rc, elapsed, result.get("error") if status != "ok" else None, tail)
+
+
+def parse_names(flag: str, text: str, known: tuple[str, ...]) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))
+    bad = [n for n in names if n not in known]
+    if not names or bad:
+        raise Fail(f"{flag}: unknown {', '.join(bad) or '(empty)'} (known: {', '.join(known)})")
+    return names
+
+
+def parse_ints(flag: str, text: str, low: int, all_value: int | None = None) -> tuple[int, ...]:
+    out = []
+    for part in (x.strip() for x in str(text).split(",") if x.strip()):
+        if part == "all" and all_value is not None:
+            out.append(all_value)
+            continue
+        try:
+            v = int(part)
+        except ValueError:
+            raise Fail(f"{flag}: {part!r} is not an integer{' or all' if all_value else ''}") from None
+        if v < low:
+            raise Fail(f"{flag}: {v} is below {low}")
+        out.append(v)
+    if not out:
+        raise Fail(f"{flag}: empty")
+    return tuple(dict.fromkeys(out))
+
+
+def check_corpus(corpus: str) -> Path:
+    p = Path(corpus).expanduser().resolve()
+    if not (p / "manifest.json").is_file():
+        raise Fail(f"--corpus {corpus}: not a corpus (no manifest.json); make one with `kitctl data make`")
+    return p
+
+
+def new_doc(benchmark: str, config_json: dict[str, Any]) -> dict[str, Any]:
+    now = art.utc_iso()
+    return {"schema_version": art.SCHEMA_VERSION, "kind": "kitctl-artifact", "benchmark": benchmark,
+            "run_id": uuid.uuid4().hex[:12], "state": "running", "created_utc": now, "updated_utc": now,
+            "finished_utc": None, "kit": kit_info(), "argv": sys.argv, "host": host_info(),
+            "runtime": {"name": "local", "interpreter": None}, "configuration": config_json, "budget": None,
+            "engines": {}, "results": []}
+
+
+def open_store(benchmark: str, results_dir: Path, resume: Path | None,
+               new_config: Callable[[], Any], config_of: Callable[[dict[str, Any]], Any]):
+    """(store, doc, config): a new run's, or a partial's for --resume (its recorded configuration)."""
+    try:
+        if resume is not None:
+            store, doc = art.open_for_resume(resume)
+            if doc.get("benchmark") != benchmark:
+                store.release()
+                raise Fail(f"--resume {resume}: a {doc.get('benchmark')} artifact, not {benchmark}")
+            cfg = config_of(doc["configuration"])
+            doc.setdefault("resumes", []).append({"argv": sys.argv, "utc": art.utc_iso()})
+            doc["state"] = "running"
+            return store, doc, cfg
+        cfg = new_config()
+        store = art.ArtifactStore.pending(results_dir, benchmark, "rrc224", "corpus")
+        return store, new_doc(benchmark, cfg.to_json()), cfg
+    except art.ArtifactError as exc:
+        raise Fail(str(exc)) from None
+
+
+def save(store: art.ArtifactStore, doc: dict[str, Any]) -> None:
+    doc["updated_utc"] = art.utc_iso()
+    store.save_partial(doc)
+
+
+def execute(store: art.ArtifactStore, doc: dict[str, Any], body: Callable[[], None]) -> Path:
+    """Run body (which saves after every unit), then write the final artifact; a signal keeps the partial."""
+    try:
+        body()
+        doc["state"] = "complete"
+        doc["finished_utc"] = art.utc_iso()
+        with signals.critical():
+            final = store.finalize(doc)
+            signals.stop_interrupting()
+        return final
+    except Interrupted as exc:
+        signals.stop_interrupting()
+        doc["state"], doc["interrupted_by"] = "interrupted", str(exc)
+        try:
+            save(store, doc)
+            kept = f"partial artifact kept: {store.partial} (continue with --resume {store.partial})"
+        except art.ArtifactError:
+            kept = "nothing written"
+        err.print(f"kitctl: interrupted ({exc}); {kept}")
+        raise typer.Exit(EXIT_INTERRUPTED)
+    except art.ArtifactError as exc:
+        err.print(f"kitctl: {exc}")
+        raise typer.Exit(EXIT_USAGE)
+    finally:
+        store.release()
+
+
+# Which image runs which loader through Docker (compose services are not declared yet: images/loader-*/).
+LOADER_IMAGE = {"pytorch-dataloader": "torch", "webdataset": "torch", "ffcv": "ffcv"}
+CONTAINER_DATA = "/data"
+
+
+def run_trial_docker(image: str, argv: list[str], dataset: Path, timeout_s: float, run_id: str) -> TrialRun:
+    """One fresh container of the loader's image: network off, the dataset mounted read-only at /data, as the
+    dataset's owner (a cold source needs it: DONTNEED evicts only for the owner); killed and removed at the end."""
+    import docker
+
+    from .runtimes.docker import LABEL_RUN_ID, owner_labels
+
+    client = docker.from_env()
+    st = dataset.stat()
+    t0 = time.monotonic()
+    c = client.containers.run(image, argv, detach=True, network_mode="none", shm_size="1g", cap_drop=["ALL"],
+                              security_opt=["no-new-privileges:true"],
+                              user=f"{st.st_uid}:{st.st_gid}",
+                              volumes={str(dataset): {"bind": CONTAINER_DATA, "mode": "ro"}},
+                              labels={LABEL_RUN_ID: run_id, **owner_labels(), "kit.benchmark": "dataload"})
+    timed_out = False
+    try:
+        try:
+            rc = c.wait(timeout=timeout_s)["StatusCode"]
+        except Exception:  # noqa: BLE001 - the SDK's read timeout: the deadline passed
+            timed_out = True
+            c.kill()
+            rc = None
+        out = c.logs(stdout=True, stderr=False).decode(errors="replace")
+        errs = c.logs(stdout=False, stderr=True).decode(errors="replace")
+    finally:
+        try:
+            c.remove(force=True)
+        except docker.errors.APIError:
+            pass
+        client.close()
+    elapsed = time.monotonic() - t0
+    if timed_out:
+        return TrialRun("timeout", None, None, elapsed, f"killed by the kit after {timeout_s:g} s", errs[-STDERR_TAIL:])
+    lines = [ln for ln in out.splitlines() if ln.startswith(RESULT_PREFIX)]
+    if not lines:
+        return TrialRun("crash", None, rc, elapsed, f"no result line (exit {rc})", errs[-STDERR_TAIL:])
+    try:
+        result = json.loads(lines[-1][len(RESULT_PREFIX):])
+    except ValueError:
+        return TrialRun("crash", None, rc, elapsed, "a malformed result line", errs[-STDERR_TAIL:])
+    status = result.get("status") or "error"
+    if status == "ok" and rc != 0:
+        status = "error"
+    return TrialRun(status, result, rc, elapsed, result.get("error") if status != "ok" else None, errs[-STDERR_TAIL:])

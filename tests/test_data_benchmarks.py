@@ -1,0 +1,148 @@
+"""`kitctl data make`, `kitctl run datasize` and `kitctl run dataload` end to end through the CLI, local
+runtime, real trials on CPU (a tiny corpus): artifacts schema-valid, --resume finishes a partial, bad input
+is one line with exit 2, the report renders its sections and the workers plot."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kitctl.core.artifact import load, validate
+
+pytest.importorskip("skimage", reason="the corpus's photographs ship in scikit-image")
+
+ENTRY = [sys.executable, "-c", "from kitctl.cli import main; main()"]
+
+
+def kitctl(*args, timeout=600):
+    return subprocess.run([*ENTRY, *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ))
+
+
+def _cmdlines() -> dict[str, str]:
+    out = {}
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                out[p.name] = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:  # gone meanwhile
+                pass
+    return out
+
+
+def finals(results: Path, prefix: str) -> list[Path]:
+    return sorted(p for p in results.glob(f"{prefix}-*.json") if not p.name.endswith(".partial.json"))
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("data") / "corpus"
+    p = kitctl("data", "make", "--out", out, "--images", 24, "--classes", 3, "--workers", 2)
+    assert p.returncode == 0, p.stderr
+    assert "24 images in 3 classes" in p.stdout and "licensed photographs" in p.stdout
+    return out
+
+
+def test_data_make_refuses_bad_input_in_one_line(corpus, tmp_path):
+    p = kitctl("data", "make", "--out", corpus, "--images", 5)
+    assert p.returncode == 2 and "already holds a corpus" in p.stderr and "Traceback" not in p.stderr
+    p = kitctl("data", "make", "--out", tmp_path / "x", "--images", 0)
+    assert p.returncode == 2 and "must be > 0" in p.stderr
+
+
+def test_datasize_artifact_and_resume(corpus, tmp_path):
+    res = tmp_path / "results"
+    p = kitctl("run", "datasize", "--corpus", corpus, "--formats", "folder,webdataset", "--encodings", "jpeg90,raw",
+               "--sides", "128", "--workers", 2, "--results-dir", res)
+    assert p.returncode == 0, p.stderr + p.stdout
+    [final] = finals(res, "datasize")
+    doc = load(final)
+    assert doc["benchmark"] == "datasize" and doc["state"] == "complete"
+    cells = {(c["format"], c["encoding"]): c for c in doc["results"]}
+    assert set(cells) == {("folder", "jpeg90"), ("folder", "raw"), ("webdataset", "jpeg90"), ("webdataset", "raw")}
+    assert all(c["status"] == "ok" and c["size"]["images"] == 24 for c in cells.values())
+    # JPEG is smaller than raw; the tar shards cost more on disk than their payload.
+    assert cells[("folder", "jpeg90")]["size"]["payload_bytes"] < cells[("folder", "raw")]["size"]["payload_bytes"]
+    tar = cells[("webdataset", "jpeg90")]["size"]
+    assert tar["file_bytes"] > tar["payload_bytes"]
+    # A partial with two units left: --resume runs exactly those, keeps the others as recorded.
+    partial = dict(doc, state="interrupted", finished_utc=None, results=doc["results"][:2])
+    ppath = res / "datasize-rrc224-corpus-20000101T000000Z.partial.json"
+    validate(partial)
+    ppath.write_text(json.dumps(partial))
+    p = kitctl("run", "datasize", "--resume", ppath)
+    assert p.returncode == 0, p.stderr
+    resumed = load(res / "datasize-rrc224-corpus-20000101T000000Z.json")
+    assert len(resumed["results"]) == 4 and resumed["results"][:2] == doc["results"][:2]
+    assert len(resumed["resumes"]) == 1 and not ppath.exists()
+
+
+def test_datasize_and_dataload_refuse_bad_flags(corpus, tmp_path):
+    for args, what in ((("run", "datasize", "--corpus", tmp_path), "not a corpus"),
+                       (("run", "datasize", "--corpus", corpus, "--formats", "zip"), "unknown zip"),
+                       (("run", "dataload", "--corpus", corpus, "--workers", "0"), "below 1"),
+                       (("run", "dataload", "--corpus", corpus, "--loaders", "dali-tpu"), "unknown dali-tpu"),
+                       (("run", "dataload", "--corpus", corpus, "--source", "ebs"), "unknown ebs")):
+        p = kitctl(*args, "--results-dir", tmp_path / "r")
+        assert p.returncode == 2, (args, p.stderr)
+        assert what in p.stderr and "Traceback" not in p.stderr
+        assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
+
+
+def test_dataload_runs_cells_and_reports_with_a_plot(corpus, tmp_path):
+    res = tmp_path / "results"
+    p = kitctl("run", "dataload", "--corpus", corpus, "--data-dir", tmp_path / "ds", "--loaders",
+               "pytorch-dataloader", "--workers", "1,2", "--source", "ram", "--runs", 2, "--epochs", 1,
+               "--batch", 8, "--results-dir", res)
+    assert p.returncode == 0, p.stderr + p.stdout
+    [final] = finals(res, "dataload")
+    doc = load(final)
+    assert [c["workers"] for c in doc["results"]] == [1, 2]
+    for c in doc["results"]:
+        assert c["status"] == "ok" and len(c["runs"]) == 2
+        assert c["summary"]["min"] <= c["summary"]["median"] <= c["summary"]["max"]
+        for r in c["runs"]:
+            assert r["images"] == 24 and r["epochs"][0]["resident_before"] >= 0.98
+            assert r["images_per_second"] == pytest.approx(r["images"] / r["window_seconds"])
+    assert (tmp_path / "ds" / "folder-jpeg90-256-n24" / "dataset.json").is_file()  # written once, reused
+    out = tmp_path / "report.md"
+    p = kitctl("report", final, "--plots", tmp_path / "plots", "--out", out)
+    assert p.returncode == 0, p.stderr
+    md = out.read_text()
+    assert "Data loading" in md and "pytorch-dataloader" in md and "decode -> RandomResizedCrop 224" in md
+    assert list((tmp_path / "plots").glob("*-workers.png"))
+
+
+def test_an_interrupted_dataload_keeps_its_partial_and_resumes(corpus, tmp_path):
+    import signal
+    import time
+
+    res = tmp_path / "results"
+    args = ["run", "dataload", "--corpus", corpus, "--data-dir", tmp_path / "ds", "--loaders", "pytorch-dataloader",
+            "--workers", "1", "--source", "ram", "--runs", 4, "--epochs", 1, "--batch", 8, "--results-dir", res]
+    proc = subprocess.Popen([*ENTRY, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    partial = None
+    while time.monotonic() < deadline and partial is None:  # the first finished run has saved the partial
+        time.sleep(0.5)
+        found = list(res.glob("dataload-*.partial.json")) if res.exists() else []
+        if found and any(c["runs"] for c in json.loads(found[0].read_text())["results"]):
+            partial = found[0]
+    assert partial is not None, proc.communicate()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "partial artifact kept" in err, err
+    doc = load(partial)
+    assert doc["state"] == "interrupted" and doc["interrupted_by"] == "SIGINT"
+    done = len(doc["results"][0]["runs"])
+    assert 1 <= done < 4
+    # no trial process of this run is left (their argv holds this test's dataset folder)
+    assert not [pid for pid, cmd in _cmdlines().items() if str(tmp_path / "ds") in cmd]
+    p = kitctl("run", "dataload", "--resume", partial)
+    assert p.returncode == 0, p.stderr
+    final = load(Path(str(partial).replace(".partial.json", ".json")))
+    assert len(final["results"][0]["runs"]) == 4 and final["resumes"]

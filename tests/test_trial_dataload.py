@@ -1,0 +1,152 @@
+"""The data-loading trial side (trials/dataload) with real parts: a real corpus from scikit-image's
+photographs, real ffcv/webdataset/folder writers, real loaders run as subprocesses on CPU, real page-cache
+drops checked with mincore. Small sizes (tens of images): a smoke check of every path, not a benchmark."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TRIAL = ROOT / "trials" / "dataload" / "trial.py"
+sys.path.insert(0, str(ROOT / "trials" / "common"))
+sys.path.insert(0, str(ROOT / "trials" / "dataload"))
+
+pytest.importorskip("skimage", reason="the corpus's photographs ship in scikit-image")
+import corpus  # noqa: E402
+import pagecache  # noqa: E402
+import writers  # noqa: E402
+
+N = 48
+
+
+def trial(*flags, timeout=300):
+    proc = subprocess.run([sys.executable, str(TRIAL), *map(str, flags)], capture_output=True, text=True,
+                          timeout=timeout, cwd="/")
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("KIT-RESULT "), (proc.stdout, proc.stderr[-2000:])
+    return proc.returncode, json.loads(lines[0][len("KIT-RESULT "):]), proc.stderr
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("corpus") / "c"
+    corpus.make(out, N, classes=4, seed=3, workers=2)
+    return out
+
+
+def test_corpus_is_deterministic_licensed_and_imagenet_like(made, tmp_path):
+    m = corpus.read_manifest(made)
+    assert m["images"] == N and len(m["files"]) == N
+    assert all(s["licence"] and s["file"] in corpus.SOURCES for s in m["sources"])
+    assert len(m["sources"]) >= 5  # many distinct photographs, not one
+    # A smaller corpus with the same seed is a prefix of a larger one, byte for byte, whatever the workers.
+    small = tmp_path / "small"
+    corpus.make(small, 10, classes=4, seed=3, workers=1)
+    for e in corpus.read_manifest(small)["files"]:
+        assert (small / e["file"]).read_bytes() == (made / e["file"]).read_bytes()
+    other = tmp_path / "other"
+    corpus.make(other, 10, classes=4, seed=4, workers=1)
+    first = corpus.read_manifest(other)["files"][0]
+    assert (other / first["file"]).read_bytes() != (made / first["file"]).read_bytes()
+    # Sizes in ImageNet's range: a median long side of a few hundred px; bytes are what the files hold.
+    assert 200 < m["long_side_px"]["median"] < 900
+    assert m["bytes"] == sum((made / e["file"]).stat().st_size for e in m["files"])
+    with pytest.raises(SystemExit, match="already holds"):
+        corpus.make(made, 5)
+
+
+def test_a_large_corpus_has_a_tail_of_large_images():
+    sizes = [max(corpus._size(np.random.default_rng([0, i]))) for i in range(2000)]
+    assert sum(s >= 1000 for s in sizes) > 40  # the 1,600 px column needs images above 1,600
+    assert max(sizes) > 1600
+    assert 300 < sorted(sizes)[len(sizes) // 2] < 700  # an ImageNet-like median long side
+
+
+@pytest.mark.parametrize("encoding", ["jpeg90", "mix90", "raw"])
+def test_writers_agree_on_payload_and_report_file_overheads(made, tmp_path, encoding):
+    m = corpus.read_manifest(made)
+    infos = {fmt: writers.write(made, m, tmp_path / fmt, fmt, encoding, 256, workers=2, seed=0)
+             for fmt in writers.FORMATS}
+    raw_payload = sum(writers.prepared(made, e, 256).size for e in m["files"])
+    for fmt, info in infos.items():
+        assert info["images"] == N and info["side"] == 256
+        assert info["file_bytes"] >= info["payload_bytes"] > 0
+        assert info["imagenet_equivalent_gb"]["payload"] == pytest.approx(
+            info["payload_bytes"] / N * writers.IMAGENET_TRAIN_IMAGES / 1e9)
+        if encoding == "raw":
+            assert info["payload_bytes"] == raw_payload and info["jpeg_images"] == 0
+        if encoding == "jpeg90":
+            assert info["jpeg_images"] == N and info["payload_bytes"] < raw_payload / 4
+    if encoding == "jpeg90":  # the same pixels and the same libjpeg-turbo settings: the same JPEG bytes
+        assert infos["folder"]["payload_bytes"] == infos["webdataset"]["payload_bytes"]
+        assert abs(infos["ffcv"]["payload_bytes"] - infos["folder"]["payload_bytes"]) < 0.02 * infos["folder"]["payload_bytes"]
+    if encoding == "mix90":
+        assert infos["ffcv"]["compress_probability"] == writers.MIX_COMPRESS_PROBABILITY
+        for info in infos.values():
+            assert 0 < info["jpeg_images"] < N  # some JPEG, some raw
+    # ffcv pads its allocations to 8 MiB pages: the file is far larger than the payload on a small set.
+    assert infos["ffcv"]["file_bytes"] - infos["ffcv"]["payload_bytes"] >= 4 << 20
+    assert len(list((tmp_path / "webdataset").glob("shard-*.tar"))) == writers.shard_count(N)
+
+
+def test_every_image_is_downscaled_never_upscaled(made):
+    m = corpus.read_manifest(made)
+    for e in m["files"][:10]:
+        px = writers.prepared(made, e, 256)
+        assert max(px.shape[:2]) == min(256, max(e["width"], e["height"]))
+
+
+def test_page_cache_drop_and_warm_are_measured(made):
+    files = [made / e["file"] for e in corpus.read_manifest(made)["files"]]
+    assert pagecache.drop(files) < 0.05
+    assert pagecache.warm(files) == 1.0
+
+
+@pytest.fixture(scope="module")
+def datasets(made, tmp_path_factory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("datasets")
+    out = {}
+    for fmt in writers.FORMATS:
+        rc, r, err = trial("datasize", "--corpus", made, "--out", base / fmt, "--format", fmt,
+                           "--encoding", "jpeg90", "--side", 256, "--workers", 2, "--keep")
+        assert rc == 0 and r["status"] == "ok", (r["error"], err[-2000:])
+        assert r["kept"] and (base / fmt / writers.DATASET_INFO).is_file()
+        out[fmt] = base / fmt
+    return out
+
+
+@pytest.mark.parametrize("loader", ["pytorch-dataloader", "webdataset", "ffcv", "dali-cpu"])
+@pytest.mark.parametrize("source", ["ram", "cold"])
+def test_each_cpu_loader_runs_the_pipeline(datasets, loader, source):
+    if loader == "ffcv":
+        pytest.importorskip("ffcv")
+    if loader == "dali-cpu":  # ~700 MB with its codecs: installed by hand, not by CI (see README)
+        pytest.importorskip("nvidia.dali", reason="nvidia-dali-cuda130 is not installed")
+    fmt = {"pytorch-dataloader": "folder", "webdataset": "webdataset", "ffcv": "ffcv", "dali-cpu": "folder"}[loader]
+    rc, r, err = trial("dataload", "--loader", loader, "--dataset", datasets[fmt], "--workers", 2,
+                       "--source", source, "--batch", 16, "--epochs", 2)
+    assert rc == 0 and r["status"] == "ok", (r["error"], err[-3000:])
+    assert r["images"] == 2 * N and len(r["epochs"]) == 2
+    assert all(e["images"] == N for e in r["epochs"])
+    shape = r["batch_shape"]
+    assert shape[0] == 16 and sorted(shape[1:]) == [3, 224, 224]
+    assert r["images_per_second"] == pytest.approx(r["images"] / r["window_seconds"])
+    for e in r["epochs"]:  # the source was what was asked, measured before every timed epoch
+        assert (e["resident_before"] >= 0.98) if source == "ram" else (e["resident_before"] <= 0.05)
+
+
+def test_datasize_deletes_unless_kept_and_bad_input_is_one_line(made, tmp_path):
+    rc, r, _ = trial("datasize", "--corpus", made, "--out", tmp_path / "d", "--format", "folder",
+                     "--encoding", "jpeg50", "--side", 128, "--limit", 8, "--workers", 1)
+    assert rc == 0 and r["images"] == 8 and not (tmp_path / "d").exists()
+    rc, r, _ = trial("dataload", "--loader", "nope", "--dataset", tmp_path, "--workers", 1)
+    assert rc == 1 and r["status"] == "error" and "invalid choice" in r["error"]
+    rc, r, _ = trial("dataload", "--loader", "ffcv", "--dataset", tmp_path, "--workers", 1)
+    assert rc == 1 and "no dataset.json" in r["error"]
+    rc, r, _ = trial("dataload", "--loader", "pytorch-nvjpeg", "--dataset", made, "--workers", 1)
+    assert rc == 1 and r["status"] == "error"  # no dataset.json here (and no GPU): an error line, not a traceback

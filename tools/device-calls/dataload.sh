@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Issue 18 on the H200 (local runtime, 16 cores): the corpus, datasize for every encoding × side, dataload for
+# the loaders that run there (pytorch-dataloader, webdataset, ffcv, pytorch-nvjpeg) at jpeg90@256, jpeg90@512
+# and raw@256, from RAM and cold (page cache dropped before every epoch), then a workers sweep for the plot.
+# Carry [".whl", ".whl-data"] (.whl-data from `bash tools/build-ffcv-wheel.sh` here: ffcv cp312 wheel with its
+# libraries, webdataset & co, the corpus's photographs; 14 MB). Run from the repo root there:
+#   bash tools/device-calls/dataload.sh [make|size|load|sweep|all] 2>&1 | tee $OUT/dataload.log
+# all = make + size + load (one ~9-minute call); sweep (images/s vs workers 1..16, the plot) is a second call
+# on the still-warm machine (it reuses data/). Knobs: DATA_IMAGES, SIZE_LIMIT, SIZE_FORMATS, LOAD_LIMIT, RUNS.
+# Each part stops itself (SIGINT: the partial artifact is kept) when the call's time is up; artifacts are
+# copied to $OUT. A later call on the same warm machine reuses data/ (the corpus and the datasets).
+set -u
+LIMIT=${CALL_LIMIT_S:-580}
+cd "$(dirname "$0")/../.."; . tools/device-calls/lib.sh
+PART=${1:-all}
+IMAGES=${DATA_IMAGES:-50000}   # the corpus
+SIZE_LIMIT=${SIZE_LIMIT:-2000} # datasize: bytes per image averaged over the first N images
+SIZE_FORMATS=${SIZE_FORMATS:-ffcv} # the payload is the same in every format (tests); ffcv's file adds its 8 MiB pages
+LOAD_LIMIT=${LOAD_LIMIT:-5000} # dataload: images per epoch
+RUNS=${RUNS:-2}                 # dataload: fresh processes per cell
+SWEEP_LIMIT=${SWEEP_LIMIT:-3000}
+CORES=$(nproc)
+START_MARK=$(mktemp); touch "$START_MARK"  # partials newer than this are this call's
+
+# The data trial's packages: into /tmp/site (device-kitctl.sh puts it on PYTHONPATH with .whl; without .whl it
+# keeps the PYTHONPATH exported here).
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+  .whl-data/*.whl || { echo "pip install of .whl-data failed"; exit 2; }
+export PYTHONPATH=/tmp/site
+export KITCTL_CORPUS_SOURCES=$PWD/.whl-data/skimage-data
+ldconfig -p | grep -q 'libX11.so.6 ' || export LD_LIBRARY_PATH=$PWD/.whl-data/syslibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+python3 -c "import ffcv, webdataset, torch, torchvision, numba; print('ffcv', ffcv.__file__, 'torch', torch.__version__, 'torchvision', torchvision.__version__, 'cuda', torch.cuda.is_available())" || exit 2
+say "$CORES cores; $(free -g | awk '/Mem/ {print $2}') GiB RAM; disk: $(df -h . | tail -1 | awk '{print $4}') free on $(df . | tail -1 | awk '{print $1}')"
+
+make() {
+  if [ -f data/corpus/manifest.json ]; then say "corpus exists"; return; fi
+  say "data make $IMAGES images (left $(left) s)"
+  local t0=$SECONDS
+  timeout -s INT $(( $(left) - 5 )) tools/device-kitctl.sh data make --out data/corpus --images "$IMAGES" --workers "$CORES"
+  say "data make: $(( SECONDS - t0 )) s for $IMAGES images on $CORES processes"
+  cp data/corpus/manifest.json "$OUT/corpus-manifest.json" 2>/dev/null
+  python3 -c "import json; m=json.load(open('data/corpus/manifest.json')); m.pop('files'); print(json.dumps(m))" > "$OUT/corpus-summary.json" 2>/dev/null
+}
+
+size() {
+  say "datasize, every encoding × side, formats $SIZE_FORMATS, first $SIZE_LIMIT images (left $(left) s)"
+  timeout -s INT $(( $(left) - 5 )) tools/device-kitctl.sh run datasize --corpus data/corpus --formats "$SIZE_FORMATS" --limit "$SIZE_LIMIT" \
+    --workers "$CORES" 2>&1 | grep -v '…$'
+  echo "rc=${PIPESTATUS[0]}"; save "$(ls -t results/datasize-*.json | head -1)"
+}
+
+load() { # one kitctl run per data (so each leaves its own artifact when the time is up)
+  for data in jpeg90:256 raw:256 jpeg90:512; do
+    if [ "$(left)" -lt 60 ]; then say "no time left for $data"; return; fi
+    say "dataload $data, all loaders, ram+cold, $CORES workers, $RUNS runs, $LOAD_LIMIT images (left $(left) s)"
+    timeout -s INT $(( $(left) - 5 )) tools/device-kitctl.sh run dataload --corpus data/corpus --limit "$LOAD_LIMIT" \
+      --loaders pytorch-dataloader,webdataset,ffcv,pytorch-nvjpeg --workers all --source ram,cold \
+      --encoding "${data%%:*}" --side "${data##*:}" --runs "$RUNS" --epochs 1 --batch 256 --timeout 240 2>&1 | grep -v '…$'
+    echo "rc=${PIPESTATUS[0]}"; save "$(ls -t results/dataload-*.json | head -1)"
+  done
+}
+
+sweep() {
+  say "workers sweep 1,2,4,8,16 at jpeg90@256 from RAM (left $(left) s)"
+  timeout -s INT $(( $(left) - 5 )) tools/device-kitctl.sh run dataload --corpus data/corpus --limit "$SWEEP_LIMIT" \
+    --loaders ffcv,pytorch-dataloader,webdataset --workers 1,2,4,8,16 --source ram --encoding jpeg90 --side 256 \
+    --runs 1 --epochs 1 --batch 256 --timeout 240 2>&1 | grep -v '…$'
+  echo "rc=${PIPESTATUS[0]}"; save "$(ls -t results/dataload-*.json | head -1)"
+}
+
+case "$PART" in
+  make) make ;;
+  size) make; size ;;
+  load) make; load ;;
+  sweep) make; sweep ;;
+  all) make; size; load ;;   # ~9 min; the sweep is a call of its own
+  *) echo "usage: $0 [make|size|load|sweep|all]"; exit 2 ;;
+esac
+find results -name '*.partial.json' -newer "$START_MARK" | while read -r f; do save "$f"; done
+say "done in $SECONDS s; data/ $(du -sh data 2>/dev/null | cut -f1)"

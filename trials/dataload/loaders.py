@@ -1,0 +1,333 @@
+"""The loaders, one pipeline: decode -> RandomResizedCrop 224 (scale 0.08-1, ratio 3/4-4/3) -> random
+horizontal flip -> a uint8 batch. Each loader is built once per run and iterated epoch after epoch.
+
+| loader | reads | decode | crop + resize (where they differ) | workers are |
+| --- | --- | --- | --- | --- |
+| pytorch-dataloader | folder (ImageFolder) | PIL (libjpeg-turbo) | torchvision RandomResizedCrop on PIL: bilinear, antialiased | DataLoader processes |
+| webdataset | tar shards | PIL | the same torchvision transform | DataLoader processes (shards split by worker) |
+| ffcv | .beton | libturbojpeg (ffcv's C part) | ffcv's RandomResizedCropRGBImageDecoder: cv2 INTER_AREA | ffcv threads (numba, nogil) |
+| pytorch-nvjpeg | folder | nvJPEG on the GPU (torchvision.io.decode_jpeg) | on the GPU: torch interpolate bilinear, antialiased | DataLoader processes read bytes |
+| dali-cpu | folder (JPEG only) | DALI's CPU decoder, crop fused into the decode (decoders.image_random_crop) | fn.resize (linear, antialiased) | DALI threads |
+| dali-gpu | folder (JPEG only) | DALI `mixed` decoder (nvJPEG), crop fused | fn.resize on the GPU | DALI threads + the GPU |
+
+Without torchvision (this CI host has only a CPU torch and no CPU torchvision wheel) the folder and
+webdataset loaders use the kit's own copy of torchvision's RandomResizedCrop.get_params and the same
+PIL bilinear resize (what torchvision does on a PIL image); results record which one ran.
+"""
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+from PIL import Image
+
+CROP = 224
+SCALE = (0.08, 1.0)
+RATIO = (3 / 4, 4 / 3)
+CPU_LOADERS = ("pytorch-dataloader", "webdataset", "ffcv", "dali-cpu")
+GPU_LOADERS = ("pytorch-nvjpeg", "dali-gpu")
+LOADERS = CPU_LOADERS + GPU_LOADERS
+# Which dataset format each loader reads.
+FORMAT_OF = {"pytorch-dataloader": "folder", "webdataset": "webdataset", "ffcv": "ffcv", "pytorch-nvjpeg": "folder",
+             "dali-cpu": "folder", "dali-gpu": "folder"}
+
+
+def crop_params(rng: random.Random, width: int, height: int) -> tuple[int, int, int, int]:
+    """(top, left, h, w): torchvision's RandomResizedCrop.get_params, same algorithm and fallback."""
+    area = height * width
+    log_ratio = (math.log(RATIO[0]), math.log(RATIO[1]))
+    for _ in range(10):
+        target_area = area * rng.uniform(*SCALE)
+        aspect = math.exp(rng.uniform(*log_ratio))
+        w = int(round(math.sqrt(target_area * aspect)))
+        h = int(round(math.sqrt(target_area / aspect)))
+        if 0 < w <= width and 0 < h <= height:
+            return rng.randint(0, height - h), rng.randint(0, width - w), h, w
+    in_ratio = width / height
+    if in_ratio < min(RATIO):
+        w, h = width, int(round(width / min(RATIO)))
+    elif in_ratio > max(RATIO):
+        h, w = height, int(round(height * max(RATIO)))
+    else:
+        w, h = width, height
+    return (height - h) // 2, (width - w) // 2, h, w
+
+
+class KitTransform:
+    """torchvision's RandomResizedCrop(224) + RandomHorizontalFlip + PILToTensor, without torchvision."""
+
+    impl = "kit (torchvision's RandomResizedCrop algorithm; PIL bilinear resize)"
+
+    def __init__(self) -> None:
+        self.rng = random.Random()
+
+    def __call__(self, img: Image.Image):
+        import torch
+
+        top, left, h, w = crop_params(self.rng, *img.size)
+        img = img.resize((CROP, CROP), Image.BILINEAR, box=(left, top, left + w, top + h))
+        if self.rng.random() < 0.5:
+            img = img.transpose(Image.FLIP_LEFT_RIGHT)
+        return torch.from_numpy(np.asarray(img, dtype=np.uint8).copy()).permute(2, 0, 1)
+
+
+def _worker_seed(worker_id: int) -> None:
+    import torch
+
+    random.seed(torch.initial_seed() % (1 << 32))
+
+
+def transform() -> tuple[Callable[[Image.Image], Any], str]:
+    try:
+        import torchvision
+        from torchvision import transforms as T
+    except Exception:  # noqa: BLE001 - no usable torchvision here: the kit's equivalent
+        return KitTransform(), KitTransform.impl
+    tf = T.Compose([T.RandomResizedCrop(CROP, scale=SCALE, ratio=RATIO, antialias=True), T.RandomHorizontalFlip(),
+                    T.PILToTensor()])
+    return tf, f"torchvision {torchvision.__version__} transforms"
+
+
+def open_image(path: str) -> Image.Image:
+    if path.endswith(".npy"):
+        return Image.fromarray(np.load(path))
+    with Image.open(path) as im:
+        return im.convert("RGB")
+
+
+def folder_samples(root: Path) -> list[tuple[str, int]]:
+    train = root / "train"
+    classes = sorted(d.name for d in train.iterdir() if d.is_dir())
+    return [(str(p), k) for k, c in enumerate(classes) for p in sorted((train / c).iterdir())
+            if p.suffix in (".jpg", ".npy")]
+
+
+def data_files(fmt: str, root: Path) -> list[Path]:
+    """Every file a loader of this format reads (what the source warms or drops)."""
+    if fmt == "folder":
+        return [Path(p) for p, _ in folder_samples(root)]
+    if fmt == "webdataset":
+        return sorted(root.glob("shard-*.tar"))
+    return [root / "train.beton"]
+
+
+class Built:
+    """A loader ready to iterate: epoch() yields uint8 batches (B, 224, 224, 3 or B, 3, 224, 224)."""
+
+    def __init__(self, epoch: Callable[[], Iterator[Any]], impl: str, layout: str, notes: str = "",
+                 reset: Callable[[], None] | None = None):
+        self.epoch, self.impl, self.layout, self.notes = epoch, impl, layout, notes
+        # Called before the source is prepared for an epoch (untimed): a loader that reads ahead across epochs
+        # (DALI) starts afresh, so nothing it prefetched survives a cache drop.
+        self.reset = reset
+
+
+def _folder_dataset(root: Path, tf):
+    import torch.utils.data
+
+    try:
+        from torchvision.datasets import ImageFolder
+
+        return ImageFolder(str(root / "train"), transform=tf, loader=open_image,
+                           is_valid_file=lambda p: p.endswith((".jpg", ".npy"))), "torchvision ImageFolder"
+    except Exception:  # noqa: BLE001
+        pass
+    samples = folder_samples(root)
+
+    class Folder(torch.utils.data.Dataset):
+        def __len__(self):
+            return len(samples)
+
+        def __getitem__(self, i):
+            path, label = samples[i]
+            return tf(open_image(path)), label
+
+    return Folder(), "kit ImageFolder equivalent"
+
+
+def build(loader: str, root: Path, batch: int, workers: int, source: str, seed: int) -> Built:
+    if loader == "pytorch-dataloader":
+        return _torch_folder(root, batch, workers, seed)
+    if loader == "webdataset":
+        return _webdataset(root, batch, workers, seed)
+    if loader == "ffcv":
+        return _ffcv(root, batch, workers, source, seed)
+    if loader == "pytorch-nvjpeg":
+        return _nvjpeg(root, batch, workers, seed)
+    if loader in ("dali-cpu", "dali-gpu"):
+        return _dali(root, batch, workers, seed, source, gpu=loader == "dali-gpu")
+    raise ValueError(f"unknown loader {loader!r} (known: {', '.join(LOADERS)})")
+
+
+def _torch_folder(root, batch, workers, seed):
+    import torch
+    from torch.utils.data import DataLoader
+
+    tf, tf_impl = transform()
+    ds, ds_impl = _folder_dataset(root, tf)
+    g = torch.Generator().manual_seed(seed)
+    dl = DataLoader(ds, batch_size=batch, shuffle=True, num_workers=workers, persistent_workers=workers > 0,
+                    worker_init_fn=_worker_seed, generator=g)
+    return Built(lambda: iter(dl), f"{ds_impl}; {tf_impl}; torch.utils.data.DataLoader", "NCHW")
+
+
+def _webdataset(root, batch, workers, seed):
+    import webdataset as wds
+
+    tf, tf_impl = transform()
+    urls = [str(p) for p in sorted(root.glob("shard-*.tar"))]
+    if workers > len(urls):
+        raise ValueError(f"{len(urls)} shards for {workers} workers: webdataset splits shards by worker")
+
+    def to_image(x):
+        return x if isinstance(x, Image.Image) else Image.fromarray(x)
+
+    ds = (wds.WebDataset(urls, shardshuffle=len(urls), seed=seed, workersplitter=wds.split_by_worker,
+                         nodesplitter=wds.single_node_only, empty_check=False)
+          .shuffle(1000).decode("pil").to_tuple("jpg;npy", "cls").map_tuple(lambda x: tf(to_image(x)), int)
+          .batched(batch, partial=True))
+    dl = wds.WebLoader(ds, batch_size=None, num_workers=workers, persistent_workers=workers > 0,
+                       worker_init_fn=_worker_seed)
+    return Built(lambda: iter(dl), f"webdataset {wds.__version__} WebDataset+WebLoader; {tf_impl}", "NCHW",
+                 "batched in each worker (a worker's last batch may be partial); shard shuffle + 1,000-sample buffer")
+
+
+def _ffcv(root, batch, workers, source, seed):
+    from ffcv.fields.decoders import IntDecoder, RandomResizedCropRGBImageDecoder
+    from ffcv.loader import Loader, OrderOption
+    from ffcv.transforms import RandomHorizontalFlip
+
+    # RAM: the whole file mmapped (os_cache=True), fully random order. Cold storage: FFCV's own advice for
+    # data that is not in RAM, os_cache=False (its process cache reads pages itself) with QUASI_RANDOM order.
+    ram = source == "ram"
+    order = OrderOption.RANDOM if ram else OrderOption.QUASI_RANDOM
+    ld = Loader(str(root / "train.beton"), batch_size=batch, num_workers=workers, order=order, os_cache=ram,
+                drop_last=False, seed=seed,
+                pipelines={"image": [RandomResizedCropRGBImageDecoder((CROP, CROP), scale=SCALE, ratio=RATIO),
+                                     RandomHorizontalFlip()],
+                           "label": [IntDecoder()]})
+    return Built(lambda: iter(ld), f"ffcv Loader (order {order.name}, os_cache={ram}); "
+                 "RandomResizedCropRGBImageDecoder (cv2 INTER_AREA) + RandomHorizontalFlip", "NHWC")
+
+
+def _nvjpeg(root, batch, workers, seed):
+    import torch
+    import torchvision
+    from torch.utils.data import DataLoader, Dataset
+    from torchvision.io import decode_jpeg
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("pytorch-nvjpeg decodes on the GPU: no CUDA device here")
+    samples = folder_samples(root)
+
+    class Bytes(Dataset):  # the workers only read files; decode and crop happen on the GPU
+        def __len__(self):
+            return len(samples)
+
+        def __getitem__(self, i):
+            path, label = samples[i]
+            return torch.from_numpy(np.fromfile(path, dtype=np.uint8)), path.endswith(".npy"), label
+
+    dl = DataLoader(Bytes(), batch_size=batch, shuffle=True, num_workers=workers, persistent_workers=workers > 0,
+                    collate_fn=lambda items: items, generator=torch.Generator().manual_seed(seed))
+    rng = random.Random(seed)
+    dev = torch.device("cuda")
+
+    def gpu_batch(items):
+        jpegs = [b for b, raw, _ in items if not raw]
+        decoded = iter(decode_jpeg(jpegs, device=dev) if jpegs else [])
+        out = []
+        for data, raw, _ in items:
+            img = (torch.from_numpy(np.load(__import__("io").BytesIO(data.numpy().tobytes()))).to(dev).permute(2, 0, 1)
+                   if raw else next(decoded))
+            top, left, h, w = crop_params(rng, img.shape[2], img.shape[1])
+            crop = img[:, top:top + h, left:left + w].unsqueeze(0).float()
+            crop = torch.nn.functional.interpolate(crop, size=(CROP, CROP), mode="bilinear", antialias=True,
+                                                   align_corners=False)
+            if rng.random() < 0.5:
+                crop = crop.flip(3)
+            out.append(crop.round_().clamp_(0, 255).to(torch.uint8))
+        return torch.cat(out)
+
+    def epoch():
+        for items in dl:
+            yield gpu_batch(items)
+        torch.cuda.synchronize()
+
+    return Built(epoch, f"torchvision {torchvision.__version__} decode_jpeg(device=cuda) (nvJPEG); crop + bilinear "
+                 "antialiased resize on the GPU; DataLoader workers read bytes", "NCHW")
+
+
+class _Shape:
+    """What the trial checks of a batch that stays on the GPU (DALI's TensorGPU): its shape and dtype."""
+
+    def __init__(self, shape, dtype: str):
+        self.shape, self.dtype = tuple(int(x) for x in shape), dtype
+
+
+def _dali(root, batch, workers, seed, source, gpu: bool):
+    """DALI's canonical ResNet-50 pipeline: file reader -> decode with the random crop fused in -> resize 224 ->
+    flip. dali-cpu needs no GPU (device_id=None); dali-gpu decodes with nvJPEG (`mixed`) and resizes on the GPU."""
+    from nvidia.dali import fn, pipeline_def, types
+    import nvidia.dali as dali
+
+    if any(p.endswith(".npy") for p, _ in folder_samples(root)):
+        raise ValueError("DALI's file reader + image decoder read encoded images: raw/mix datasets are not for DALI")
+    decode_dev, dev = ("mixed", "gpu") if gpu else ("cpu", "cpu")
+
+    @pipeline_def(batch_size=batch, num_threads=workers, device_id=0 if gpu else None, prefetch_queue_depth=2)
+    def pipe():
+        # Cold: plain reads (DALI's default mmap keeps the files mapped, and mapped pages cannot be dropped).
+        jpegs, labels = fn.readers.file(file_root=str(root / "train"), random_shuffle=True, name="Reader",
+                                        dont_use_mmap=source == "cold")
+        images = fn.decoders.image_random_crop(jpegs, device=decode_dev, output_type=types.RGB,
+                                               random_area=list(SCALE), random_aspect_ratio=list(RATIO),
+                                               num_attempts=10)
+        images = fn.resize(images, device=dev, resize_x=CROP, resize_y=CROP)
+        images = fn.flip(images, device=dev, horizontal=fn.random.coin_flip())
+        return images, labels
+
+    state: dict[str, Any] = {"epochs": 0}
+
+    def reset() -> None:  # a new pipeline per epoch, built untimed; it reads nothing before its first run()
+        state.pop("pipe", None)
+        p = pipe(seed=seed + 1 + state["epochs"])
+        p.build()
+        state["pipe"], state["epochs"] = p, state["epochs"] + 1
+
+    reset()
+    size = int(state["pipe"].epoch_size("Reader"))
+
+    def epoch():
+        p = state["pipe"]
+        n = 0
+        while n < size:  # the reader runs on across epochs: an epoch is `size` samples
+            images, _ = p.run()
+            t = images.as_tensor()
+            take = min(len(images), size - n)
+            n += take
+            if gpu:
+                yield _Shape([take, *t.shape()[1:]], "uint8")
+            else:
+                yield np.asarray(t)[:take]
+
+    return Built(epoch, f"DALI {dali.__version__} readers.file + decoders.image_random_crop ({decode_dev}) + "
+                 f"resize ({dev}) + flip; reader {'read()' if source == 'cold' else 'mmap'}; a new pipeline per epoch, "
+                 "built untimed", "NHWC", reset=reset)
+
+
+def versions() -> dict:
+    """Installed versions of the packages a loader may use (metadata only: nothing is imported)."""
+    from importlib import metadata
+
+    out: dict[str, str | None] = {}
+    for dist in ("numpy", "pillow", "torch", "torchvision", "webdataset", "ffcv", "numba", "opencv-python-headless",
+                 "opencv-python", "nvidia-dali-cuda130"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out

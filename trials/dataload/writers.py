@@ -1,0 +1,206 @@
+"""Dataset writers: one corpus -> one loader's native format at one encoding and max side.
+
+Formats: `folder` (ImageFolder: <class>/<i>.jpg, RAW as <i>.npy), `webdataset` (tar shards through
+webdataset's ShardWriter), `ffcv` (.beton through ffcv's DatasetWriter). Encodings as in FFCV's size
+table: jpeg50/jpeg90/jpeg100 (every image JPEG at that quality), raw (uint8 pixels), mix90 (FFCV's
+`proportion` write mode: each image JPEG q90 with probability MIX_COMPRESS_PROBABILITY, else raw).
+
+Every format gets the same pixels: the corpus image, downscaled (never upscaled) so its long side is at
+most `side`, with area interpolation (PIL BOX; ffcv's own resize is cv2 INTER_AREA and is a no-op on
+these pre-resized images). JPEG: PIL (folder, webdataset) and OpenCV (ffcv) both use libjpeg-turbo
+with 4:2:0 chroma subsampling.
+
+Sizes: `payload_bytes` = the encoded images alone (JPEG bytes or H*W*3 pixels; for ffcv the sum of
+Reader.alloc_table['size']); `file_bytes` = the files on disk (ffcv pads every writer's allocations to
+8 MiB pages; tar adds 512-byte headers and padding; .npy a header). ImageNet-equivalent = bytes per
+image x 1,281,167.
+"""
+from __future__ import annotations
+
+import io
+import json
+import math
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+IMAGENET_TRAIN_IMAGES = 1_281_167
+# Derived from FFCV's published size table (its Mix column matches ~0.75 at every side); not documented
+# by FFCV, so every artifact records the value used.
+MIX_COMPRESS_PROBABILITY = 0.75
+ENCODINGS = {"jpeg50": ("jpg", 50), "jpeg90": ("jpg", 90), "jpeg100": ("jpg", 100), "mix90": ("proportion", 90),
+             "raw": ("raw", None)}
+FORMATS = ("folder", "webdataset", "ffcv")
+SIDES = (256, 384, 512, 1600)
+DATASET_INFO = "dataset.json"
+
+
+def check(fmt: str, encoding: str, side: int) -> None:
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r} (known: {', '.join(FORMATS)})")
+    if encoding not in ENCODINGS:
+        raise ValueError(f"unknown encoding {encoding!r} (known: {', '.join(ENCODINGS)})")
+    if side < 32:
+        raise ValueError(f"max side must be >= 32 px (got {side})")
+
+
+def prepared(corpus: Path, entry: dict, side: int) -> np.ndarray:
+    """The corpus image as HxWx3 uint8 with its long side at most `side` (area-downscaled)."""
+    with Image.open(corpus / entry["file"]) as im:
+        im = im.convert("RGB")
+        w, h = im.size
+        scale = side / max(w, h)
+        if scale < 1.0:
+            im = im.resize((max(1, round(w * scale)), max(1, round(h * scale))), Image.BOX)
+        return np.asarray(im, dtype=np.uint8)
+
+
+def compressed(seed: int, index: int, mode: str) -> bool:
+    """Whether image `index` is stored as JPEG (mix: a seeded coin with MIX_COMPRESS_PROBABILITY)."""
+    if mode == "jpg":
+        return True
+    if mode == "raw":
+        return False
+    return bool(np.random.default_rng([seed, index, 0x4D4958]).random() < MIX_COMPRESS_PROBABILITY)
+
+
+def encode(pixels: np.ndarray, as_jpeg: bool, quality: int | None) -> tuple[bytes, str, int]:
+    """(file bytes, extension, payload bytes) of one image for the folder and webdataset formats."""
+    if as_jpeg:
+        buf = io.BytesIO()
+        Image.fromarray(pixels).save(buf, format="JPEG", quality=quality)
+        data = buf.getvalue()
+        return data, "jpg", len(data)
+    buf = io.BytesIO()
+    np.save(buf, pixels, allow_pickle=False)
+    return buf.getvalue(), "npy", pixels.size
+
+
+_JOB: dict = {}
+
+
+def _init_job(job: dict) -> None:
+    _JOB.clear()
+    _JOB.update(job)
+
+
+def _encode_range(bounds: tuple[int, int]) -> list[tuple[int, int, bytes, str, int]]:
+    corpus, files, side, mode, quality, seed = (_JOB[k] for k in ("corpus", "files", "side", "mode", "quality", "seed"))
+    out = []
+    for i in range(*bounds):
+        e = files[i]
+        data, ext, payload = encode(prepared(corpus, e, side), compressed(seed, i, mode), quality)
+        out.append((i, e["label"], data, ext, payload))
+    return out
+
+
+def _encoded(corpus: Path, files: list[dict], side: int, mode: str, quality: int | None, seed: int, workers: int):
+    """Yields (index, label, bytes, ext, payload) in index order, encoded by `workers` processes."""
+    job = {"corpus": corpus, "files": files, "side": side, "mode": mode, "quality": quality, "seed": seed}
+    n = len(files)
+    chunk = max(1, min(256, math.ceil(n / (workers * 4))))
+    ranges = [(s, min(n, s + chunk)) for s in range(0, n, chunk)]
+    if workers <= 1:
+        _init_job(job)
+        for r in ranges:
+            yield from _encode_range(r)
+        return
+    with ProcessPoolExecutor(workers, initializer=_init_job, initargs=(job,)) as pool:
+        for part in pool.map(_encode_range, ranges):
+            yield from part
+
+
+def shard_count(images: int) -> int:
+    """WebDataset shards: at least 64 (so 16+ workers each get several), at most 1,000 images each."""
+    return max(min(64, images), math.ceil(images / 1000))
+
+
+def write(corpus: Path, manifest: dict, out: Path, fmt: str, encoding: str, side: int, limit: int | None = None,
+          workers: int = 1, seed: int = 0) -> dict:
+    """Write one dataset under `out` (must not exist); returns its size record (also saved as dataset.json)."""
+    check(fmt, encoding, side)
+    if out.exists():
+        raise ValueError(f"{out} exists; a dataset is written into a new folder")
+    files = manifest["files"][:limit] if limit else manifest["files"]
+    mode, quality = ENCODINGS[encoding]
+    out.mkdir(parents=True)
+    t0 = time.perf_counter()
+    jpeg_images = None
+    if fmt == "ffcv":
+        payload, data_files, jpeg_images = _write_ffcv(corpus, files, out, side, mode, quality, workers)
+    else:
+        payload, data_files, jpeg_images = _write_files(corpus, files, out, fmt, side, mode, quality, seed, workers)
+    seconds = time.perf_counter() - t0
+    n = len(files)
+    file_bytes = sum(p.stat().st_size for p in data_files)
+    info = {
+        "format": fmt, "encoding": encoding, "side": side, "images": n, "jpeg_quality": quality,
+        "write_mode": mode, "compress_probability": MIX_COMPRESS_PROBABILITY if mode == "proportion" else None,
+        "jpeg_images": jpeg_images, "payload_bytes": payload, "file_bytes": file_bytes, "files": len(data_files),
+        "payload_bytes_per_image": payload / n, "file_bytes_per_image": file_bytes / n,
+        "imagenet_equivalent_gb": {"payload": payload / n * IMAGENET_TRAIN_IMAGES / 1e9,
+                                   "file": file_bytes / n * IMAGENET_TRAIN_IMAGES / 1e9},
+        "write_seconds": seconds, "write_workers": workers,
+        "corpus": {"images": manifest["images"], "seed": manifest["seed"], "bytes": manifest["bytes"]},
+    }
+    (out / DATASET_INFO).write_text(json.dumps(info, indent=1))
+    return info
+
+
+def _write_files(corpus, files, out, fmt, side, mode, quality, seed, workers):
+    payload, jpegs, data_files = 0, 0, []
+    if fmt == "folder":
+        for i, label, data, ext, size in _encoded(corpus, files, side, mode, quality, seed, workers):
+            path = out / "train" / f"{label:04d}" / f"{i:08d}.{ext}"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            data_files.append(path)
+            payload += size
+            jpegs += ext == "jpg"
+        return payload, data_files, jpegs
+    import webdataset as wds
+
+    per_shard = math.ceil(len(files) / shard_count(len(files)))
+    # Shuffled once at write time (as webdataset's docs advise): a shard then holds every class.
+    order = np.random.default_rng([seed, 0x574453]).permutation(len(files))
+    reordered = [files[j] for j in order]
+    with wds.ShardWriter(str(out / "shard-%06d.tar"), maxcount=per_shard, maxsize=1 << 40, verbose=0) as sink:
+        for k, label, data, ext, size in _encoded(corpus, reordered, side, mode, quality, seed, workers):
+            sink.write({"__key__": f"{int(order[k]):08d}", ext: data, "cls": str(label).encode()})
+            payload += size
+            jpegs += ext == "jpg"
+    data_files = sorted(out.glob("shard-*.tar"))
+    return payload, data_files, jpegs
+
+
+class _Prepared:
+    """ffcv's DatasetWriter input: (pixels, label) per index, read in its worker processes."""
+
+    def __init__(self, corpus: Path, files: list[dict], side: int):
+        self.corpus, self.files, self.side = corpus, files, side
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, i: int):
+        return prepared(self.corpus, self.files[i], self.side), self.files[i]["label"]
+
+
+def _write_ffcv(corpus, files, out, side, mode, quality, workers):
+    from ffcv.fields import IntField, RGBImageField
+    from ffcv.reader import Reader
+    from ffcv.writer import DatasetWriter
+
+    path = out / "train.beton"
+    image = RGBImageField(write_mode=mode, max_resolution=side, jpeg_quality=quality or 90,
+                          compress_probability=MIX_COMPRESS_PROBABILITY)
+    writer = DatasetWriter(str(path), {"image": image, "label": IntField()}, num_workers=max(1, workers))
+    writer.from_indexed_dataset(_Prepared(corpus, files, side), chunksize=64)
+    reader = Reader(str(path))
+    payload = int(reader.alloc_table["size"].sum())
+    # ffcv's image metadata: mode 0 = JPEG, 1 = raw.
+    jpegs = int((reader.metadata["f0"]["mode"] == 0).sum())
+    return payload, [path], jpegs
