@@ -79,6 +79,10 @@ def test_datasize_artifact_and_resume(corpus, tmp_path):
     resumed = load(res / "datasize-rrc224-corpus-20000101T000000Z.json")
     assert len(resumed["results"]) == 4 and resumed["results"][:2] == doc["results"][:2]
     assert len(resumed["resumes"]) == 1 and not ppath.exists()
+    # `kitctl compare` has no rule for dataset sizes yet: one line, exit 2 (it was a bare AttributeError).
+    p = kitctl("compare", final, res / "datasize-rrc224-corpus-20000101T000000Z.json")
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and "does not compare datasize results yet" in p.stderr
 
 
 def test_datasize_and_dataload_refuse_bad_flags(corpus, tmp_path):

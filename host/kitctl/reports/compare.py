@@ -181,6 +181,10 @@ def compare(old: Source, new: Source, threshold_pct: float = 5.0, force: bool = 
     if old.benchmark != new.benchmark:
         raise ArtifactError(f"cannot compare a {old.benchmark} result ({old.name}) with a {new.benchmark} "
                             f"result ({new.name})")
+    bench = benchmarks.get(old.benchmark)
+    if bench is None or bench.compare is None:
+        raise ArtifactError(f"kitctl compare does not compare {old.benchmark} results yet "
+                            f"({old.name}, {new.name}): read them side by side with `kitctl report`")
     cmp = Comparison(old.benchmark, threshold_pct, context=_context(old, new),
                      incomparable=_incomparable(old, new), forced=force,
                      stated=[x for x in (_stated("OLD", old), _stated("NEW", new)) if x])
