@@ -1,5 +1,5 @@
-"""images/loader-torch built FROM the local CI base (CPU torch from wheels/, no index) and a real dataload
-trial in a fresh container: network off, the dataset mounted read-only, cold source (page cache dropped
+"""images/loader-torch, loader-ffcv and loader-dali built FROM the local CI base (wheels/, no index) and real
+dataload trials in fresh containers: network off, the dataset mounted read-only, cold source (page cache dropped
 inside the container and checked with mincore). Slow: an image build."""
 from __future__ import annotations
 
@@ -30,6 +30,12 @@ def loader_image(client) -> str:
 def ffcv_image(client) -> str:
     """loader-ffcv: ffcv built from its sdist against Debian's OpenCV/libturbojpeg, in an image of its own."""
     return _build_ci_image(client, "loader-ffcv", "ffcv-*.whl")
+
+
+@pytest.fixture(scope="module")
+def dali_image(client) -> str:
+    """loader-dali: DALI 2.4.0 + nvImageCodec's CPU path (no GPU codecs, no torch), from hash-locked wheels."""
+    return _build_ci_image(client, "loader-dali", "nvidia_dali_cuda130-*.whl")
 
 
 @pytest.fixture(scope="module")
@@ -115,3 +121,37 @@ def test_kitctl_dataload_through_docker(client, loader_image, tmp_path):
     p = subprocess.run([*entry, "run", "dataload", "--corpus", str(corpus_dir), "--loaders", "pytorch-nvjpeg",
                         "--runtime", "docker", "--results-dir", str(res)], capture_output=True, text=True)
     assert p.returncode == 2 and "no image for pytorch-nvjpeg" in p.stderr
+
+
+def test_kitctl_dataload_dali_through_docker(client, dali_image, tmp_path):
+    """dali-cpu (device_id=None) in its own image through `kitctl run dataload --runtime docker`: RAM and cold, real
+    JPEG decodes by nvImageCodec's CPU path, one fresh container per run, none left."""
+    import subprocess
+
+    from kitctl.core.artifact import load
+
+    entry = [sys.executable, "-c", "from kitctl.cli import main; main()"]
+    # this checkout's kitctl, whatever the installed entry point points at
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "host"), os.environ.get("PYTHONPATH", "")])}
+    corpus_dir = tmp_path / "corpus"
+    assert subprocess.run([*entry, "data", "make", "--out", str(corpus_dir), "--images", "16", "--classes", "2",
+                           "--workers", "2"], capture_output=True, env=env).returncode == 0
+    res = tmp_path / "results"
+    p = subprocess.run([*entry, "run", "dataload", "--corpus", str(corpus_dir), "--loaders", "dali-cpu",
+                        "--workers", "2", "--source", "ram,cold", "--runs", "2", "--epochs", "1", "--batch", "8",
+                        "--runtime", "docker", "--results-dir", str(res)], capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode == 0, p.stderr + p.stdout
+    [final] = [f for f in res.glob("dataload-*.json") if not f.name.endswith(".partial.json")]
+    doc = load(final)
+    assert doc["runtime"] == {"name": "docker", "images": {"dali-cpu": "kitctl/loader-dali:ci"}}
+    cells = {c["source"]: c for c in doc["results"]}
+    assert sorted(cells) == ["cold", "ram"]
+    for source, cell in cells.items():
+        assert cell["status"] == "ok" and len(cell["runs"]) == 2, cell
+        for r in cell["runs"]:
+            assert r["versions"]["nvidia-dali-cuda130"] == "2.4.0" and r["versions"]["torch"] is None
+            assert "decoders.image_random_crop (cpu)" in r["impl"]
+            assert r["batch_shape"] == [8, 224, 224, 3] and r["images"] == 16  # NHWC uint8
+            frac = r["epochs"][0]["resident_before"]
+            assert frac <= 0.05 if source == "cold" else frac >= 0.98
+    assert not client.containers.list(all=True, filters={"label": f"kit.run-id={doc['run_id']}"})
