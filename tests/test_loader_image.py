@@ -66,7 +66,8 @@ def datasets(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.mark.parametrize("loader,fmt,image", [("pytorch-dataloader", "folder", "loader_image"),
                                             ("webdataset", "webdataset", "loader_image"),
-                                            ("ffcv", "ffcv", "ffcv_image")])
+                                            ("ffcv", "ffcv", "ffcv_image"),
+                                            ("dali-cpu", "folder", "dali_image")])
 def test_a_loader_runs_in_its_image(client, request, datasets, loader, fmt, image):
     if fmt not in datasets:
         pytest.skip("no ffcv here to write the .beton")
@@ -91,8 +92,11 @@ def test_a_loader_runs_in_its_image(client, request, datasets, loader, fmt, imag
     assert rc == 0 and r["status"] == "ok", (r.get("error"), err[-2000:])
     assert r["images"] == 32 and sorted(r["batch_shape"][1:]) == [3, 224, 224]  # NCHW (torch) or NHWC (ffcv)
     assert r["epochs"][0]["resident_before"] <= 0.05  # dropped inside the container, checked with mincore
-    assert r["versions"]["torch"] == "2.13.0+cpu"
+    assert r["versions"]["torch"] == (None if loader == "dali-cpu" else "2.13.0+cpu")
     assert (r["versions"]["ffcv"] == "1.0.2") == (loader == "ffcv")  # each loader in its own image
+    assert (r["versions"]["nvidia-dali-cuda130"] == "2.4.0") == (loader == "dali-cpu")
+    if loader == "dali-cpu":  # CPU codecs only (NVIMGCODEC_EXTENSIONS_PATH): no GPU codec's load failure printed
+        assert "decoders.image_random_crop (cpu)" in r["impl"] and "Failed to load" not in err, err[-2000:]
 
 
 def test_kitctl_dataload_through_docker(client, loader_image, tmp_path):
@@ -155,3 +159,7 @@ def test_kitctl_dataload_dali_through_docker(client, dali_image, tmp_path):
             frac = r["epochs"][0]["resident_before"]
             assert frac <= 0.05 if source == "cold" else frac >= 0.98
     assert not client.containers.list(all=True, filters={"label": f"kit.run-id={doc['run_id']}"})
+    # dali-gpu: the image is CPU-only and a docker run requests no GPU yet: refused up front, not a failed run
+    p = subprocess.run([*entry, "run", "dataload", "--corpus", str(corpus_dir), "--loaders", "dali-gpu",
+                        "--runtime", "docker", "--results-dir", str(res)], capture_output=True, text=True, env=env)
+    assert p.returncode == 2 and "no image for dali-gpu" in p.stderr
