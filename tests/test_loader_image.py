@@ -143,7 +143,8 @@ def test_kitctl_dataload_dali_through_docker(client, dali_image, tmp_path):
     res = tmp_path / "results"
     p = subprocess.run([*entry, "run", "dataload", "--corpus", str(corpus_dir), "--loaders", "dali-cpu",
                         "--workers", "2", "--source", "ram,cold", "--runs", "2", "--epochs", "1", "--batch", "8",
-                        "--runtime", "docker", "--results-dir", str(res)], capture_output=True, text=True, timeout=600, env=env)
+                        "--runtime", "docker", "--results-dir", str(res)], capture_output=True, text=True, timeout=600,
+                       env=env)
     assert p.returncode == 0, p.stderr + p.stdout
     [final] = [f for f in res.glob("dataload-*.json") if not f.name.endswith(".partial.json")]
     doc = load(final)
