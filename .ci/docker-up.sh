@@ -8,6 +8,7 @@
 #   5. the wheels of the TensorFlow CPU lock in images/tensorflow/wheels/ (likewise).
 #   6. Debian trixie's dockerd 26.1 in /opt/kitctl-cdi-dockerd for the CDI request tests (.ci/cdi-dockerd.sh).
 #   7. the wheels of the JAX CPU lock in images/jax/wheels/ (likewise).
+#   (5b. the loader images' wheels: images/loader-torch, loader-ffcv, loader-dali.)
 # Each step is skipped when already done. Env: KITCTL_CI_BASE (image tag), DOCKERD_LOG, DOCKERD_WAIT_S.
 set -euo pipefail
 
@@ -95,6 +96,7 @@ fi
 # 5b. the loader-torch image's wheels (CPU torch + webdataset), for an offline build ------------
 "$ROOT/images/loader-torch/fetch-cpu-wheels.sh"
 "$ROOT/images/loader-ffcv/fetch-cpu-wheels.sh"  # builds ffcv from its sdist (needs Debian's OpenCV dev packages)
+"$ROOT/images/loader-dali/fetch-cpu-wheels.sh"  # DALI + nvImageCodec (CPU path), hash-checked: ~243 MB
 # 6. the engine of the private CDI test daemon (Debian trixie's dockerd 26.1; tests/test_gpu_request.py
 #    starts it with .ci/cdi-dockerd.sh and stops it after the session) ------------------------
 bash "$ROOT/.ci/cdi-dockerd.sh" fetch

@@ -1,5 +1,5 @@
-"""images/loader-torch built FROM the local CI base (CPU torch from wheels/, no index) and a real dataload
-trial in a fresh container: network off, the dataset mounted read-only, cold source (page cache dropped
+"""images/loader-torch, loader-ffcv and loader-dali built FROM the local CI base (wheels/, no index) and real
+dataload trials in fresh containers: network off, the dataset mounted read-only, cold source (page cache dropped
 inside the container and checked with mincore). Slow: an image build."""
 from __future__ import annotations
 
@@ -33,6 +33,12 @@ def ffcv_image(client) -> str:
 
 
 @pytest.fixture(scope="module")
+def dali_image(client) -> str:
+    """loader-dali: DALI 2.4.0 + nvImageCodec's CPU path (no GPU codecs, no torch), from hash-locked wheels."""
+    return _build_ci_image(client, "loader-dali", "nvidia_dali_cuda130-*.whl")
+
+
+@pytest.fixture(scope="module")
 def datasets(tmp_path_factory) -> dict[str, Path]:
     pytest.importorskip("skimage")
     import corpus
@@ -60,7 +66,8 @@ def datasets(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.mark.parametrize("loader,fmt,image", [("pytorch-dataloader", "folder", "loader_image"),
                                             ("webdataset", "webdataset", "loader_image"),
-                                            ("ffcv", "ffcv", "ffcv_image")])
+                                            ("ffcv", "ffcv", "ffcv_image"),
+                                            ("dali-cpu", "folder", "dali_image")])
 def test_a_loader_runs_in_its_image(client, request, datasets, loader, fmt, image):
     if fmt not in datasets:
         pytest.skip("no ffcv here to write the .beton")
@@ -85,8 +92,11 @@ def test_a_loader_runs_in_its_image(client, request, datasets, loader, fmt, imag
     assert rc == 0 and r["status"] == "ok", (r.get("error"), err[-2000:])
     assert r["images"] == 32 and sorted(r["batch_shape"][1:]) == [3, 224, 224]  # NCHW (torch) or NHWC (ffcv)
     assert r["epochs"][0]["resident_before"] <= 0.05  # dropped inside the container, checked with mincore
-    assert r["versions"]["torch"] == "2.13.0+cpu"
+    assert r["versions"]["torch"] == (None if loader == "dali-cpu" else "2.13.0+cpu")
     assert (r["versions"]["ffcv"] == "1.0.2") == (loader == "ffcv")  # each loader in its own image
+    assert (r["versions"]["nvidia-dali-cuda130"] == "2.4.0") == (loader == "dali-cpu")
+    if loader == "dali-cpu":  # CPU codecs only (NVIMGCODEC_EXTENSIONS_PATH): no GPU codec's load failure printed
+        assert "decoders.image_random_crop (cpu)" in r["impl"] and "Failed to load" not in err, err[-2000:]
 
 
 def test_kitctl_dataload_through_docker(client, loader_image, tmp_path):
@@ -115,3 +125,42 @@ def test_kitctl_dataload_through_docker(client, loader_image, tmp_path):
     p = subprocess.run([*entry, "run", "dataload", "--corpus", str(corpus_dir), "--loaders", "pytorch-nvjpeg",
                         "--runtime", "docker", "--results-dir", str(res)], capture_output=True, text=True)
     assert p.returncode == 2 and "no image for pytorch-nvjpeg" in p.stderr
+
+
+def test_kitctl_dataload_dali_through_docker(client, dali_image, tmp_path):
+    """dali-cpu (device_id=None) in its own image through `kitctl run dataload --runtime docker`: RAM and cold, real
+    JPEG decodes by nvImageCodec's CPU path, one fresh container per run, none left."""
+    import subprocess
+
+    from kitctl.core.artifact import load
+
+    entry = [sys.executable, "-c", "from kitctl.cli import main; main()"]
+    # this checkout's kitctl, whatever the installed entry point points at
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "host"), os.environ.get("PYTHONPATH", "")])}
+    corpus_dir = tmp_path / "corpus"
+    assert subprocess.run([*entry, "data", "make", "--out", str(corpus_dir), "--images", "16", "--classes", "2",
+                           "--workers", "2"], capture_output=True, env=env).returncode == 0
+    res = tmp_path / "results"
+    p = subprocess.run([*entry, "run", "dataload", "--corpus", str(corpus_dir), "--loaders", "dali-cpu",
+                        "--workers", "2", "--source", "ram,cold", "--runs", "2", "--epochs", "1", "--batch", "8",
+                        "--runtime", "docker", "--results-dir", str(res)], capture_output=True, text=True, timeout=600,
+                       env=env)
+    assert p.returncode == 0, p.stderr + p.stdout
+    [final] = [f for f in res.glob("dataload-*.json") if not f.name.endswith(".partial.json")]
+    doc = load(final)
+    assert doc["runtime"] == {"name": "docker", "images": {"dali-cpu": "kitctl/loader-dali:ci"}}
+    cells = {c["source"]: c for c in doc["results"]}
+    assert sorted(cells) == ["cold", "ram"]
+    for source, cell in cells.items():
+        assert cell["status"] == "ok" and len(cell["runs"]) == 2, cell
+        for r in cell["runs"]:
+            assert r["versions"]["nvidia-dali-cuda130"] == "2.4.0" and r["versions"]["torch"] is None
+            assert "decoders.image_random_crop (cpu)" in r["impl"]
+            assert r["batch_shape"] == [8, 224, 224, 3] and r["images"] == 16  # NHWC uint8
+            frac = r["epochs"][0]["resident_before"]
+            assert frac <= 0.05 if source == "cold" else frac >= 0.98
+    assert not client.containers.list(all=True, filters={"label": f"kit.run-id={doc['run_id']}"})
+    # dali-gpu: the image is CPU-only and a docker run requests no GPU yet: refused up front, not a failed run
+    p = subprocess.run([*entry, "run", "dataload", "--corpus", str(corpus_dir), "--loaders", "dali-gpu",
+                        "--runtime", "docker", "--results-dir", str(res)], capture_output=True, text=True, env=env)
+    assert p.returncode == 2 and "no image for dali-gpu" in p.stderr

@@ -188,8 +188,10 @@ def execute(store: art.ArtifactStore, doc: dict[str, Any], body: Callable[[], No
         store.release()
 
 
-# Which image runs which loader through Docker (compose services are not declared yet: images/loader-*/).
-LOADER_IMAGE = {"pytorch-dataloader": "torch", "webdataset": "torch", "ffcv": "ffcv"}
+# Which image runs which loader through Docker: kitctl/loader-<image>:<tag>, compose services loader-<image>.
+# dali-gpu is not here: the loader-dali image is CPU-only yet and run_trial_docker requests no GPU; its CUDA
+# variant (nvImageCodec's nvJPEG extras) would serve it as "dali" too.
+LOADER_IMAGE = {"pytorch-dataloader": "torch", "webdataset": "torch", "ffcv": "ffcv", "dali-cpu": "dali"}
 CONTAINER_DATA = "/data"
 
 

@@ -29,7 +29,8 @@ def dataload(
     timeout: Optional[float] = typer.Option(None, help="Seconds per run before the kit kills it (default 1800)."),
     python: Optional[str] = O_PYTHON,
     runtime: str = typer.Option("local", help="local: a fresh process per run; docker: a fresh container of the "
-                                "loader's image (kitctl/loader-torch:<tag>: pytorch-dataloader, webdataset; kitctl/loader-ffcv:<tag>: ffcv)."),
+                                "loader's image (kitctl/loader-torch:<tag>: pytorch-dataloader, webdataset; "
+                                "kitctl/loader-ffcv:<tag>: ffcv; kitctl/loader-dali:<tag>: dali-cpu)."),
     image_tag: str = typer.Option("ci", help="--runtime docker: the loader images' tag."),
     results_dir: Path = O_RESULTS_DIR,
     resume: Optional[Path] = O_RESUME,
