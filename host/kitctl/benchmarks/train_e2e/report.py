@@ -1,0 +1,49 @@
+"""train-e2e's part of `kitctl report`: training images/s per model × loader against synthetic, the GPU busy
+fraction, the loader's own images/s, and which loader keeps the GPU busy."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ...reports.format import table
+from .table import KEEPS_BUSY, table_rows, verdict
+
+if TYPE_CHECKING:
+    from ...reports.sources import Source
+
+
+def result_table(src: Source) -> list[str]:
+    head, body = table_rows(src.doc)
+    return [*table(head, body, right={2, 3, 4, 5, 6, 7}), "", "**Which loader keeps the GPU busy**", "",
+            *[f"- {line}" for line in verdict(src.doc)]]
+
+
+def ratios(sources: list[Any]) -> list[Any]:
+    return []
+
+
+def measured(doc: dict[str, Any]) -> list[list[str]]:
+    c = doc["configuration"]
+    return [["Question", "training images/s of ResNet fed by each loader, against the same training on synthetic "
+                         "on-device data: which loader keeps the GPU busy"],
+            ["Pipeline", c.get("pipeline", "")],
+            ["Synthetic", c.get("synthetic_meaning", "")],
+            ["Models", ", ".join(c["models"])],
+            ["Precision", {"auto": "bf16 autocast on CUDA, fp32 on CPU"}.get(c["precision"], c["precision"])],
+            ["Loaders", ", ".join(c["loaders"])],
+            ["Data", f"{c['encoding']} at max side {c['side']} px, page cache warm; corpus `{c['corpus']}`"
+                     + (f", first {c['limit']:,} images" if c.get("limit") else "")],
+            ["Speed rule", f"batch {c['batch']}, {c['workers']} loader workers; {c['warmup']} warm-up steps, then "
+                           f"{c['steps']} timed steps: training images/s = images ÷ timed wall time (device "
+                           f"synchronised at the end); then {c['steps']} batches through the loader alone = the "
+                           f"loader's own images/s; {c['runs']} runs per cell, each a fresh process; median and a "
+                           f"distribution-free interval of the median"],
+            ["GPU busy", "CUDA: events around each step (copy, normalise, forward, backward, Adam) on the stream; "
+                         "busy = Σ step spans ÷ (first start … last end), the gaps are the GPU waiting for data. "
+                         "CPU: 1 − time in the loader's next() ÷ window"],
+            ["Verdict rule", f"a loader keeps the GPU busy when its median training images/s reach "
+                             f"{KEEPS_BUSY:.0%} of synthetic's (same model)"],
+            ["Timeout", f"{c['timeout_s']:,.0f} s per run"]]
+
+
+def headline(src: Any) -> str:
+    return "; ".join(verdict(src.doc))
