@@ -103,3 +103,24 @@ def test_verdict_names_the_loaders_within_the_rule():
     r50, r18 = verdict(doc)
     assert r50.startswith("resnet50: ffcv (97%) keeps the GPU busy") and "pytorch-dataloader" not in r50
     assert r18.startswith("resnet18: no loader keeps the GPU busy; the closest, ffcv, trains at 50%")
+
+
+@pytest.mark.parametrize("loader", ["webdataset", "ffcv"])
+def test_the_trial_trains_from_the_other_formats(corpus, tmp_path, loader):
+    """webdataset (NCHW tensors + label array) and ffcv (NHWC numpy + (B, 1) labels) hand their batches over."""
+    import json
+
+    pytest.importorskip(loader)
+    trial = Path(__file__).resolve().parent.parent / "trials" / "dataload" / "trial.py"
+    ds = tmp_path / loader
+    p = subprocess.run([sys.executable, trial, "datasize", "--corpus", corpus, "--out", ds, "--format", loader,
+                        "--encoding", "jpeg90", "--side", "64", "--keep", "--workers", "1"], capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    p = subprocess.run([sys.executable, trial, "train", "--loader", loader, "--dataset", ds, "--model", "resnet18",
+                        "--device", "cpu", "--batch", str(BATCH), "--warmup", "1", "--steps", str(STEPS),
+                        "--workers", "1"], capture_output=True, text=True, timeout=600)
+    r = json.loads(p.stdout.strip().splitlines()[-1][len("KIT-RESULT "):])
+    assert p.returncode == 0 and r["status"] == "ok", r.get("error")
+    assert r["layout"] == ("NHWC" if loader == "ffcv" else "NCHW") and r["images"] > 0
+    assert r["train_images_per_second"] > 0 and r["loader_images_per_second"] > 0

@@ -40,11 +40,12 @@ def plots(sources: list[Any], out_dir: Path) -> list[Any]:
                 ax.axhline(vals[names.index("synthetic")], color="#888888", linestyle="--", linewidth=1)
             ax.set_title(model)
             ax.set_ylabel("training images/s (median of runs)")
-            ax.tick_params(axis="x", rotation=30)
+            ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
             ax.grid(True, axis="y", alpha=0.3)
         device = next((r.get("device") for c in src.doc["results"] for r in c["runs"] if r.get("device")), "?")
         title = f"Training fed by each loader vs synthetic on-device data ({device})"
         fig.suptitle(title)
+        fig.tight_layout()  # the rotated loader names stay inside the figure
         path = out_dir / f"{src.stem}-train-e2e.png"
         _save(fig, path)
         files.append(PlotFile(path=path, title=title, kind="train-e2e", source=src.name,
