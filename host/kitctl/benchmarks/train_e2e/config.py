@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ...datarun import DATA_ENCODINGS as ENCODINGS
+from ...datarun import LOADER_FORMAT as FORMAT_OF
 from ...datarun import check_corpus, parse_ints, parse_names
 from ...errors import Fail
-from ..dataload.config import ENCODINGS, FORMAT_OF
 
 # dali-gpu's batches stay in DALI's GPU tensors (no hand-off to torch in the trial yet)
 LOADERS = ("synthetic", "pytorch-dataloader", "webdataset", "ffcv", "pytorch-nvjpeg", "dali-cpu")
@@ -94,7 +95,6 @@ class TrainE2EConfig:
                 "synthetic_meaning": "one uint8 batch of the same shape resident on the device, normalised there "
                                      "every step: the training step alone, the upper bound"}
 
-    # What dataload.run.prepare reads (duck-typed: the same dataset folders, written once, reused by both).
     def datasets(self) -> list[tuple[str, str, int]]:
         fmts = list(dict.fromkeys(FORMAT_OF[x] for x in self.loaders if x != "synthetic"))
         return [(f, self.encoding, self.side) for f in fmts]

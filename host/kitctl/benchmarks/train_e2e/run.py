@@ -1,13 +1,12 @@
-"""Runs train-e2e: the dataset written once (dataload's prepare: the same folders), then per model × loader
+"""Runs train-e2e: the dataset written once (the same folders dataload writes and reuses), then per model × loader
 `runs` fresh trial processes (`trial.py train`), `synthetic` first; the artifact saved after each."""
 from __future__ import annotations
 
 from typing import Any, Callable
 
 from ...core.stats import summarize
-from ...datarun import run_trial, save
-from ..dataload.config import FORMAT_OF
-from ..dataload.run import corpus_images, dataset_dir, prepare
+from ...datarun import LOADER_FORMAT as FORMAT_OF
+from ...datarun import corpus_images, dataset_dir, prepare_datasets, run_trial, save
 from .config import TrainE2EConfig
 
 FIGURES = ("train_images_per_second", "loader_images_per_second", "busy_fraction", "data_wait_fraction",
@@ -39,9 +38,9 @@ def summaries(runs: list[dict[str, Any]], level: float) -> dict[str, Any]:
 
 
 def run(cfg: TrainE2EConfig, store, doc: dict[str, Any], note: Callable[[str], None]) -> None:
-    problems = prepare(cfg, doc, note)
+    problems = prepare_datasets(cfg.python, cfg.corpus, cfg.data_dir, cfg.limit, cfg.timeout_s, cfg.datasets(), doc, note)
     save(store, doc)
-    n = corpus_images(cfg)
+    n = corpus_images(cfg.corpus, cfg.limit)
     for key in cfg.cells():
         model, loader = key
         cell = find(doc, key)
@@ -60,7 +59,7 @@ def run(cfg: TrainE2EConfig, store, doc: dict[str, Any], note: Callable[[str], N
         if loader != "synthetic":
             fmt = FORMAT_OF[loader]
             why = problems.get((fmt, cfg.encoding, cfg.side))
-            argv += ["--dataset", str(dataset_dir(cfg, n, fmt, cfg.encoding, cfg.side))]
+            argv += ["--dataset", str(dataset_dir(cfg.data_dir, n, fmt, cfg.encoding, cfg.side))]
         while why is None and len(cell["runs"]) < cfg.runs:
             i = len(cell["runs"]) + 1
             tr = run_trial(cfg.python, argv, cfg.timeout_s)
