@@ -1,8 +1,10 @@
 """`kitctl run train-e2e` end to end through the CLI on CPU: a tiny corpus, real PyTorch training (ResNet-18,
 a few steps) fed by pytorch-dataloader and by synthetic on-device batches; the artifact schema-valid, its
-figures consistent, the report's verdict and the bar plot; bad input one line, exit 2."""
+figures consistent, the report's verdict and the bar plot, --resume; bad input one line, exit 2; webdataset and
+ffcv batches through the trial."""
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -11,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kitctl.core.artifact import load
+from kitctl.core.artifact import load, validate
 
 pytest.importorskip("skimage", reason="the corpus's photographs ship in scikit-image")
 pytest.importorskip("torch")
@@ -84,6 +86,15 @@ def test_training_fed_by_a_loader_and_synthetic_on_cpu(corpus, tmp_path):
     md = out.read_text()
     assert "Which loader keeps the GPU busy" in md and "resnet18" in md and "of synthetic" in md
     assert list((tmp_path / "plots").glob("*-train-e2e.png"))
+    # A partial with the loader's cell left: --resume (its recorded configuration) runs exactly that one.
+    partial = dict(doc, state="interrupted", finished_utc=None, results=doc["results"][:1])
+    validate(partial)
+    ppath = res / "train-e2e-rrc224-corpus-20000101T000000Z.partial.json"
+    ppath.write_text(json.dumps(partial))
+    p = kitctl("run", "train-e2e", "--resume", ppath)
+    assert p.returncode == 0, p.stderr
+    resumed = load(res / "train-e2e-rrc224-corpus-20000101T000000Z.json")
+    assert resumed["results"][0] == doc["results"][0] and resumed["results"][1]["status"] == "ok"
 
 
 def _cell(model, loader, train, busy=0.9):
@@ -108,8 +119,6 @@ def test_verdict_names_the_loaders_within_the_rule():
 @pytest.mark.parametrize("loader", ["webdataset", "ffcv"])
 def test_the_trial_trains_from_the_other_formats(corpus, tmp_path, loader):
     """webdataset (NCHW tensors + label array) and ffcv (NHWC numpy + (B, 1) labels) hand their batches over."""
-    import json
-
     pytest.importorskip(loader)
     trial = Path(__file__).resolve().parent.parent / "trials" / "dataload" / "trial.py"
     ds = tmp_path / loader
