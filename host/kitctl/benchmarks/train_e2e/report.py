@@ -40,8 +40,10 @@ def measured(doc: dict[str, Any]) -> list[list[str]]:
                            f"{c['runs']} runs per cell, each a fresh process; median and a "
                            f"distribution-free interval of the median"],
             ["GPU busy", "CUDA: events around each step (copy, normalise, forward, backward, Adam) on the stream; "
-                         "busy = Σ step spans ÷ (first start … last end), the gaps are the GPU waiting for data. "
-                         "CPU: 1 − time in the loader's next() ÷ window"],
+                         "busy = Σ step spans ÷ (first start … last end), the gaps are the GPU waiting for data "
+                         "(pytorch-nvjpeg decodes on the same GPU: its kernels that land inside a span count as "
+                         "busy; its training images/s against synthetic is the figure to read). CPU: 1 − time "
+                         "waiting for the next batch ÷ window"],
             ["Verdict rule", f"a loader keeps the GPU busy when its median training images/s reach "
                              f"{KEEPS_BUSY:.0%} of synthetic's (same model)"],
             ["Timeout", f"{c['timeout_s']:,.0f} s per run"]]
