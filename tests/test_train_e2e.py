@@ -79,12 +79,17 @@ def test_training_fed_by_a_loader_and_synthetic_on_cpu(corpus, tmp_path):
     assert synth["loader_images_per_second"] is None and doc["results"][0]["summary"]["loader"] is None
     assert loader["loader_images"] == BATCH * STEPS and loader["loader_images_per_second"] > 0
     assert loader["resident_before"] >= 0.98 and "DataLoader" in loader["impl"]
+    # Before each window, what one worker + the prefetch thread can hold is dropped: 2 x 1 + 3 + 3 batches.
+    assert loader["drained_batches"] == 8 and synth["drained_batches"] == 0
+    # 12 images in batches of 4: every window crosses an epoch start, and the report says so.
+    assert loader["epoch_starts_in_window"] >= 1 and synth["epoch_starts_in_window"] == 0
     assert synth["data_wait_seconds"] < loader["data_wait_seconds"]  # a resident batch vs a worker process
     out = tmp_path / "report.md"
     p = kitctl("report", final, "--plots", tmp_path / "plots", "--out", out)
     assert p.returncode == 0, p.stderr
     md = out.read_text()
     assert "Which loader keeps the GPU busy" in md and "resnet18" in md and "of synthetic" in md
+    assert "Epoch starts inside timed windows** — resnet18 pytorch-dataloader" in md
     assert list((tmp_path / "plots").glob("*-train-e2e.png"))
     # A partial with the loader's cell left: --resume (its recorded configuration) runs exactly that one.
     partial = dict(doc, state="interrupted", finished_utc=None, results=doc["results"][:1])

@@ -6,9 +6,11 @@
 # libraries, webdataset & co, the corpus's photographs; 14 MB). Run from the repo root there:
 #   bash tools/device-calls/dataload.sh [make|size|load|sweep|e2e|all] 2>&1 | tee $OUT/dataload.log
 # all = make + size + load (one ~9-minute call); sweep (images/s vs workers 1..16, the plot) is a second call
-# on the still-warm machine (it reuses data/). e2e (issue 18 item 4): kitctl run train-e2e, ResNet-50 and ResNet-18
-# (bf16) fed by each loader vs synthetic, one run per cell, at jpeg90@256 over LOAD_LIMIT images; an estimate of
-# ~4-5 minutes (not yet measured), plus data make on a fresh machine (DATA_IMAGES=6000 keeps that short). Knobs: DATA_IMAGES, SIZE_LIMIT, SIZE_FORMATS, LOAD_LIMIT, RUNS.
+# on the still-warm machine (it reuses data/). e2e (issue 18 item 4): kitctl run train-e2e, E2E_MODEL (resnet50,
+# or resnet18: one model per call) in bf16 fed by each loader vs synthetic, one run per cell, jpeg90@256 over
+# E2E_LIMIT images (40,000: every timed window inside one epoch at 16 workers); an ESTIMATE, not measured: ~1.5 min
+# to write the three datasets once, then ~3 min per model (5 runs of ~35 s); on a fresh machine data make adds
+# ~2 min for 50,000 images. So: call 1 `e2e` (resnet50), call 2 `E2E_MODEL=resnet18 ... e2e` on the warm machine. Knobs: DATA_IMAGES, SIZE_LIMIT, SIZE_FORMATS, LOAD_LIMIT, RUNS.
 # Each part stops itself (SIGINT: the partial artifact is kept) when the call's time is up; artifacts are
 # copied to $OUT. A later call on the same warm machine reuses data/ (the corpus and the datasets).
 set -u
@@ -71,15 +73,17 @@ sweep() {
 }
 
 e2e() { # ResNet training fed by each loader vs synthetic on-device data (which loader keeps the GPU busy)
-  say "train-e2e resnet50,resnet18 bf16, $CORES workers, $E2E_STEPS steps, $LOAD_LIMIT images (left $(left) s)"
-  timeout -s INT $(( $(left) - 5 )) tools/device-kitctl.sh run train-e2e --corpus data/corpus --limit "$LOAD_LIMIT" \
-    --model resnet50,resnet18 --loaders pytorch-dataloader,webdataset,ffcv,pytorch-nvjpeg --workers all \
+  say "train-e2e $E2E_MODEL bf16, $CORES workers, $E2E_STEPS steps, $E2E_LIMIT images (left $(left) s)"
+  timeout -s INT $(( $(left) - 5 )) tools/device-kitctl.sh run train-e2e --corpus data/corpus --limit "$E2E_LIMIT" \
+    --model "$E2E_MODEL" --loaders pytorch-dataloader,webdataset,ffcv,pytorch-nvjpeg --workers all \
     --encoding jpeg90 --side 256 --batch 256 --warmup 10 --steps "$E2E_STEPS" --runs "$E2E_RUNS" --timeout 120 \
     2>&1 | grep -v '…$'
   echo "rc=${PIPESTATUS[0]}"; save "$(ls -t results/train-e2e-*.json | head -1)"
 }
 E2E_STEPS=${E2E_STEPS:-40}
 E2E_RUNS=${E2E_RUNS:-1}
+E2E_MODEL=${E2E_MODEL:-resnet50}
+E2E_LIMIT=${E2E_LIMIT:-40000}
 
 case "$PART" in
   make) make ;;

@@ -8,7 +8,10 @@ the device, normalised on the device every step the same way (no loader at all).
 
 Phases: `warmup` training steps (worker start, cuDNN autotune, allocator), then `steps` timed training
 steps, then (a real loader only) the same number of batches through the loader alone, no training: the
-loader's own images/s in the same process. A real loader's batches come through a prefetch thread (two
+loader's own images/s in the same process. Before each timed window, as many batches as the loader can have
+read ahead are taken and dropped (untimed): each window starts on the loader's steady rate. An epoch start
+inside a window (a small dataset) is a bubble a real epoch of ImageNet has once per 5,005 steps: recorded
+(`epoch_starts_in_window`). A real loader's batches come through a prefetch thread (two
 ahead; on CUDA it pins CPU batches so the copy to the device is asynchronous), as DataLoader(pin_memory=True).
 
 Busy fraction: the share of the timed window in which the device ran training steps. On CUDA from events
@@ -123,13 +126,13 @@ class Prefetch:
         import queue
 
         try:
-            for x, y in source:
+            for x, y, epoch in source:
                 if self.pin and x.device.type == "cpu":
                     x = x.pin_memory()
                     y = None if y is None else y.pin_memory()
                 while not self.stop.is_set():
                     try:
-                        self.q.put((x, y), timeout=0.1)
+                        self.q.put((x, y, epoch), timeout=0.1)
                         break
                     except queue.Full:
                         continue
@@ -214,6 +217,7 @@ def run(loader: str, dataset: Path | None, workers: int, batch: int, model: str,
                    "autocast": "bf16" if trainer.autocast else None, "tf32": cuda, "lr": LR, "optimizer": "Adam",
                    "normalise": "on the device: (x - ImageNet mean) / std, channels-last", "torch": torch.__version__})
 
+    epoch_now = [0]  # the epoch of the last batch taken (a new one restarts a loader's read-ahead: a bubble)
     if loader == "synthetic":
         g = torch.Generator().manual_seed(seed)
         resident = torch.randint(0, 256, (batch, 3, loaders.CROP, loaders.CROP), dtype=torch.uint8, generator=g)
@@ -222,7 +226,7 @@ def run(loader: str, dataset: Path | None, workers: int, batch: int, model: str,
 
         def batches():
             while True:
-                yield resident, resident_labels
+                yield resident, resident_labels, 0
 
         it, nhwc, built = batches(), False, None
         result.update({"impl": "one uint8 batch resident on the device (no loader)", "layout": "NCHW"})
@@ -238,9 +242,11 @@ def run(loader: str, dataset: Path | None, workers: int, batch: int, model: str,
         result["resident_before"] = pagecache.warm(files)  # source ram: the page cache warmed once
 
         def batches():  # epoch after epoch, as training does (a loader's reader runs on across epochs)
+            epoch = 0
             while True:
+                epoch += 1
                 for b in built.epoch():
-                    yield split(b, built.layout)
+                    yield (*split(b, built.layout), epoch)
 
         it = Prefetch(batches(), pin=cuda)
         result["prefetch"] = ("a thread takes batches 2 ahead" + (" and pins CPU batches (async host-to-device "
@@ -252,7 +258,7 @@ def run(loader: str, dataset: Path | None, workers: int, batch: int, model: str,
         marks = []
         for _ in range(n):
             t0 = time.perf_counter()
-            x, y = next(it)
+            x, y, epoch_now[0] = next(it)
             wait += time.perf_counter() - t0
             if record and cuda:
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -271,6 +277,20 @@ def run(loader: str, dataset: Path | None, workers: int, batch: int, model: str,
     result["warmup_seconds"] = time.perf_counter() - t0
     result["loss_after_warmup"] = float(loss.detach().float())
 
+    def drain() -> int:
+        """Untimed: take (and drop) as many batches as the loader can have read ahead, so that a window starts on
+        the loader's steady rate, not on a buffer filled while something else ran (the warm-up's autotune, the
+        training window). The bound: a DataLoader's prefetch_factor 2 per worker (ffcv reads 3 ahead, DALI 2),
+        plus this trial's prefetch thread (2 queued, 1 in hand)."""
+        if built is None:
+            return 0
+        n = 2 * workers + 3 + it.depth + 1
+        for _ in range(n):
+            _, _, epoch_now[0] = next(it)
+        return n
+
+    drained = drain()
+    epoch0 = epoch_now[0]
     t0 = time.perf_counter()
     images, wait, marks, loss = timed_steps(steps, True)
     if cuda:
@@ -288,18 +308,20 @@ def run(loader: str, dataset: Path | None, workers: int, batch: int, model: str,
     result.update({"steps": steps, "warmup_steps": warmup, "images": images, "window_seconds": window,
                    "train_images_per_second": images / window, "data_wait_seconds": wait,
                    "data_wait_fraction": wait / window, "busy_fraction": busy, "busy_basis": basis,
-                   "final_loss": final_loss})
+                   "final_loss": final_loss, "drained_batches": drained,
+                   "epoch_starts_in_window": epoch_now[0] - epoch0})
 
     if built is not None:  # the loader alone, the same number of batches, in this process
-        for _ in range(it.depth + 1):  # untimed: what the thread read ahead (queued, and one in its hand)
-            next(it)
+        drain()  # what was read ahead during the training window
+        epoch0 = epoch_now[0]
         n, t0 = 0, time.perf_counter()
         for _ in range(steps):
-            x, _ = next(it)
+            x, _, epoch_now[0] = next(it)
             n += int(x.shape[0])
         if cuda:
             torch.cuda.synchronize()  # pytorch-nvjpeg decodes on the GPU
         secs = time.perf_counter() - t0
         it.close()
-        result.update({"loader_images": n, "loader_seconds": secs, "loader_images_per_second": n / secs})
+        result.update({"loader_images": n, "loader_seconds": secs, "loader_images_per_second": n / secs,
+                       "loader_epoch_starts": epoch_now[0] - epoch0})
     result["status"] = "ok"

@@ -25,7 +25,8 @@ def train_e2e(
     side: int = typer.Option(256, help="Max side in px of the dataset (the crop is 224 either way)."),
     batch: int = typer.Option(256, help="Batch size."),
     warmup: int = typer.Option(10, help="Untimed training steps first (workers start, cuDNN autotune)."),
-    steps: int = typer.Option(50, help="Timed training steps (then as many batches through the loader alone)."),
+    steps: int = typer.Option(50, help="Timed training steps (then as many batches through the loader alone); keep warm-up + "
+                                   "2 × (2 × workers + 6) + 2 × steps batches within one epoch of --limit images."),
     runs: int = typer.Option(3, help="Fresh processes per model × loader (median and interval over them)."),
     corpus: str = typer.Option("data/corpus", help="A corpus made by `kitctl data make`."),
     data_dir: Optional[str] = typer.Option(None, help="Where datasets are written and reused (default: beside the corpus)."),

@@ -33,6 +33,7 @@ def measured(doc: dict[str, Any]) -> list[list[str]]:
             ["Data", f"{c['encoding']} at max side {c['side']} px, page cache warm; corpus `{c['corpus']}`"
                      + (f", first {c['limit']:,} images" if c.get("limit") else "")],
             ["Speed rule", f"batch {c['batch']}, {c['workers']} loader workers; {c['warmup']} warm-up steps, then "
+                           f"as many batches as the loader can have read ahead dropped (2 × workers + 6), then "
                            f"{c['steps']} timed steps: training images/s = images ÷ timed wall time (device "
                            f"synchronised at the end); then {c['steps']} batches through the loader alone = the "
                            f"loader's own images/s (after what was read ahead); a loader's batches come through "
@@ -47,6 +48,21 @@ def measured(doc: dict[str, Any]) -> list[list[str]]:
             ["Verdict rule", f"a loader keeps the GPU busy when its median training images/s reach "
                              f"{KEEPS_BUSY:.0%} of synthetic's (same model)"],
             ["Timeout", f"{c['timeout_s']:,.0f} s per run"]]
+
+
+def caveats(src: Any) -> list[str]:
+    """A window that crossed an epoch start (a small --limit) holds the loader's restart bubble, which a real
+    ImageNet epoch (5,005 steps of 256) has once: named per cell."""
+    hit = []
+    for c in src.doc["results"]:
+        n = sum((r.get("epoch_starts_in_window") or 0) + (r.get("loader_epoch_starts") or 0) for r in c["runs"])
+        if n:
+            hit.append(f"{c['model']} {c['loader']} ({n})")
+    if not hit:
+        return []
+    return [f"**Epoch starts inside timed windows** — {', '.join(hit)}: a loader restarts its read-ahead at each "
+            "epoch (a bubble an ImageNet epoch has once per 5,005 steps); these figures understate the loader. "
+            "A larger --limit keeps the windows inside one epoch."]
 
 
 def headline(src: Any) -> str:

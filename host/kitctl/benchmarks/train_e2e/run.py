@@ -12,7 +12,8 @@ from .config import TrainE2EConfig
 FIGURES = ("train_images_per_second", "loader_images_per_second", "busy_fraction", "data_wait_fraction",
            "window_seconds", "warmup_seconds", "images", "steps", "data_wait_seconds", "loader_images",
            "loader_seconds", "final_loss", "loss_after_warmup", "precision", "device", "parameters", "impl",
-           "layout", "busy_basis", "resident_before", "cpu_count", "versions")
+           "layout", "busy_basis", "resident_before", "drained_batches", "epoch_starts_in_window",
+           "loader_epoch_starts", "cpu_count", "versions")
 
 
 def find(doc: dict[str, Any], key: tuple[str, str]) -> dict[str, Any] | None:
