@@ -80,7 +80,7 @@ e2e() { # ResNet training fed by each loader vs synthetic on-device data (which 
     2>&1 | grep -v '…$'
   echo "rc=${PIPESTATUS[0]}"; save "$(ls -t results/train-e2e-*.json | head -1)"
 }
-E2E_STEPS=${E2E_STEPS:-40}
+E2E_STEPS=${E2E_STEPS:-30}  # 10 + 38 + 30 + 38 + 30 batches of 256 = 37,376 images: inside one epoch of E2E_LIMIT
 E2E_RUNS=${E2E_RUNS:-1}
 E2E_MODEL=${E2E_MODEL:-resnet50}
 E2E_LIMIT=${E2E_LIMIT:-40000}
