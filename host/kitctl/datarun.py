@@ -240,3 +240,46 @@ def run_trial_docker(image: str, argv: list[str], dataset: Path, timeout_s: floa
     if status == "ok" and rc != 0:
         status = "error"
     return TrialRun(status, result, rc, elapsed, result.get("error") if status != "ok" else None, errs[-STDERR_TAIL:])
+
+
+# -- the datasets a loader run reads (train-e2e's; dataload/run.py holds the same three for itself) -----------------
+# Which dataset format each loader reads, the encodings a dataset can have (trials/dataload/writers.py).
+LOADER_FORMAT = {"pytorch-dataloader": "folder", "webdataset": "webdataset", "ffcv": "ffcv", "pytorch-nvjpeg": "folder",
+                 "dali-cpu": "folder", "dali-gpu": "folder"}
+DATA_ENCODINGS = ("jpeg50", "jpeg90", "jpeg100", "mix90", "raw")
+
+
+def dataset_dir(data_dir: str, images: int, fmt: str, enc: str, side: int) -> Path:
+    """<data_dir>/<format>-<encoding>-<side>-n<images>: written once, reused by every data benchmark."""
+    return Path(data_dir) / f"{fmt}-{enc}-{side}-n{images}"
+
+
+def corpus_images(corpus: str, limit: int | None) -> int:
+    n = json.loads((Path(corpus) / "manifest.json").read_text())["images"]
+    return min(n, limit) if limit else n
+
+
+def prepare_datasets(python: str, corpus: str, data_dir: str, limit: int | None, timeout_s: float,
+                     datasets: list[tuple[str, str, int]], doc: dict[str, Any],
+                     note: Callable[[str], None]) -> dict[tuple, str | None]:
+    """Write the (format, encoding, side) datasets not written yet (`trial.py datasize --keep`), recorded in
+    doc["datasets"]; returns why each is unusable, or None."""
+    n = corpus_images(corpus, limit)
+    problems: dict[tuple, str | None] = {}
+    doc.setdefault("datasets", [])
+    for fmt, enc, side in datasets:
+        d = dataset_dir(data_dir, n, fmt, enc, side)
+        if (d / "dataset.json").is_file():
+            problems[(fmt, enc, side)] = None
+            continue
+        argv = ["datasize", "--corpus", corpus, "--out", str(d), "--format", fmt, "--encoding", enc,
+                "--side", str(side), "--keep"]
+        if limit:
+            argv += ["--limit", str(limit)]
+        tr = run_trial(python, argv, timeout_s)
+        problems[(fmt, enc, side)] = None if tr.status == "ok" else f"writing the dataset failed: {tr.error}"
+        doc["datasets"].append({"path": str(d), "format": fmt, "encoding": enc, "side": side, **tr.to_json(),
+                                "size": {k: (tr.result or {}).get(k) for k in ("images", "payload_bytes", "file_bytes",
+                                                                               "write_seconds")}})
+        note(f"dataset {d.name}: {tr.status}" + (f" ({tr.error})" if tr.error else f" in {tr.elapsed_s:.1f} s"))
+    return problems

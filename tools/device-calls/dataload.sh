@@ -4,9 +4,13 @@
 # and raw@256, from RAM and cold (page cache dropped before every epoch), then a workers sweep for the plot.
 # Carry [".whl", ".whl-data"] (.whl-data from `bash tools/build-ffcv-wheel.sh` here: ffcv cp312 wheel with its
 # libraries, webdataset & co, the corpus's photographs; 14 MB). Run from the repo root there:
-#   bash tools/device-calls/dataload.sh [make|size|load|sweep|all] 2>&1 | tee $OUT/dataload.log
+#   bash tools/device-calls/dataload.sh [make|size|load|sweep|e2e|all] 2>&1 | tee $OUT/dataload.log
 # all = make + size + load (one ~9-minute call); sweep (images/s vs workers 1..16, the plot) is a second call
-# on the still-warm machine (it reuses data/). Knobs: DATA_IMAGES, SIZE_LIMIT, SIZE_FORMATS, LOAD_LIMIT, RUNS.
+# on the still-warm machine (it reuses data/). e2e (issue 18 item 4): kitctl run train-e2e, E2E_MODEL (resnet50,
+# or resnet18: one model per call) in bf16 fed by each loader vs synthetic, one run per cell, jpeg90@256 over
+# E2E_LIMIT images (40,000: every timed window inside one epoch at 16 workers); an ESTIMATE, not measured: ~1.5 min
+# to write the three datasets once, then ~3 min per model (5 runs of ~35 s); on a fresh machine data make adds
+# ~2 min for 50,000 images. So: call 1 `e2e` (resnet50), call 2 `E2E_MODEL=resnet18 ... e2e` on the warm machine. Knobs: DATA_IMAGES, SIZE_LIMIT, SIZE_FORMATS, LOAD_LIMIT, RUNS.
 # Each part stops itself (SIGINT: the partial artifact is kept) when the call's time is up; artifacts are
 # copied to $OUT. A later call on the same warm machine reuses data/ (the corpus and the datasets).
 set -u
@@ -68,13 +72,27 @@ sweep() {
   echo "rc=${PIPESTATUS[0]}"; save "$(ls -t results/dataload-*.json | head -1)"
 }
 
+e2e() { # ResNet training fed by each loader vs synthetic on-device data (which loader keeps the GPU busy)
+  say "train-e2e $E2E_MODEL bf16, $CORES workers, $E2E_STEPS steps, $E2E_LIMIT images (left $(left) s)"
+  timeout -s INT $(( $(left) - 5 )) tools/device-kitctl.sh run train-e2e --corpus data/corpus --limit "$E2E_LIMIT" \
+    --model "$E2E_MODEL" --loaders pytorch-dataloader,webdataset,ffcv,pytorch-nvjpeg --workers all \
+    --encoding jpeg90 --side 256 --batch 256 --warmup 10 --steps "$E2E_STEPS" --runs "$E2E_RUNS" --timeout 120 \
+    2>&1 | grep -v '…$'
+  echo "rc=${PIPESTATUS[0]}"; save "$(ls -t results/train-e2e-*.json | head -1)"
+}
+E2E_STEPS=${E2E_STEPS:-30}  # 10 + 38 + 30 + 38 + 30 batches of 256 = 37,376 images: inside one epoch of E2E_LIMIT
+E2E_RUNS=${E2E_RUNS:-1}
+E2E_MODEL=${E2E_MODEL:-resnet50}
+E2E_LIMIT=${E2E_LIMIT:-40000}
+
 case "$PART" in
   make) make ;;
   size) make; size ;;
   load) make; load ;;
   sweep) make; sweep ;;
+  e2e) make; e2e ;;
   all) make; size; load ;;   # ~9 min; the sweep is a call of its own
-  *) echo "usage: $0 [make|size|load|sweep|all]"; exit 2 ;;
+  *) echo "usage: $0 [make|size|load|sweep|e2e|all]"; exit 2 ;;
 esac
 find results -name '*.partial.json' -newer "$START_MARK" | while read -r f; do save "$f"; done
 say "done in $SECONDS s; data/ $(du -sh data 2>/dev/null | cut -f1)"

@@ -3,6 +3,8 @@
 
     trial.py datasize --corpus C --out DIR --format ffcv --encoding jpeg90 --side 256 [--limit N] [--workers W]
     trial.py dataload --loader ffcv --dataset DIR --workers N --source ram|cold [--batch 256] [--epochs 2]
+    trial.py train --loader ffcv|synthetic [--dataset DIR] --workers N --model resnet50|resnet18 [--precision auto]
+                   [--batch 256] [--warmup 10] [--steps 50] [--device auto|cpu|cuda]
 
 datasize: writes one dataset (format x encoding x max side) and reports its bytes (writers.py).
 dataload: builds one loader, runs one warm-up epoch (worker start, JIT compilation), then `--epochs`
@@ -74,6 +76,17 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--batch", type=_positive, default=256)
     d.add_argument("--epochs", type=_positive, default=2)
     d.add_argument("--seed", type=int, default=0)
+    t = sub.add_parser("train")
+    t.add_argument("--loader", required=True, choices=[*loaders.LOADERS, "synthetic"])
+    t.add_argument("--dataset", type=Path, default=None)
+    t.add_argument("--workers", type=_positive, default=os.cpu_count() or 1)
+    t.add_argument("--model", required=True, choices=["resnet50", "resnet18"])
+    t.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp32"])  # auto: bf16 on CUDA
+    t.add_argument("--batch", type=_positive, default=256)
+    t.add_argument("--warmup", type=_positive, default=10)
+    t.add_argument("--steps", type=_positive, default=50)
+    t.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    t.add_argument("--seed", type=int, default=0)
     return p
 
 
@@ -152,6 +165,15 @@ def dataload(a, result: dict) -> None:
                    "images_per_second_per_worker": total_n / total_s / a.workers, "status": "ok"})
 
 
+def train(a, result: dict) -> None:
+    import train_e2e
+
+    if a.loader != "synthetic" and (a.dataset is None or not (a.dataset / "dataset.json").is_file()):
+        raise kittrial.TrialError(f"{a.loader} needs --dataset DIR with a dataset.json (datasize --keep)")
+    train_e2e.run(a.loader, a.dataset, a.workers, a.batch, a.model, a.precision, a.warmup, a.steps, a.device,
+                  a.seed, result)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser()
     try:
@@ -171,8 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     if a.benchmark == "dataload":
         result.update({"loader": a.loader, "workers": a.workers, "source": a.source, "batch": a.batch,
                        "epochs_asked": a.epochs})
+    if a.benchmark == "train":
+        result.update({"loader": a.loader, "workers": a.workers, "batch": a.batch})
     try:
-        (datasize if a.benchmark == "datasize" else dataload)(a, result)
+        {"datasize": datasize, "dataload": dataload, "train": train}[a.benchmark](a, result)
     except Exception as exc:  # noqa: BLE001 - every failure becomes a result line
         traceback.print_exc(file=sys.stderr)
         result["status"] = "error"

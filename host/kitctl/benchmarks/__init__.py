@@ -48,6 +48,7 @@ BUILTIN = (
     "kitctl.benchmarks.throughput.benchmark",
     "kitctl.benchmarks.datasize",
     "kitctl.benchmarks.dataload",
+    "kitctl.benchmarks.train_e2e",
 )
 
 

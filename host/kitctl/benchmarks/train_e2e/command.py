@@ -1,0 +1,56 @@
+"""`kitctl run train-e2e`: its flags into a TrainE2EConfig, one fresh trial process per run (local runtime)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from ... import datarun as common
+from ...errors import EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, Fail, err
+from ...runconfig import O_PYTHON, O_RESULTS_DIR, O_RESUME
+from .config import TrainE2EConfig
+
+
+def train_e2e(
+    loaders: str = typer.Option("pytorch-dataloader,webdataset,ffcv,pytorch-nvjpeg",
+                                help="Comma list: pytorch-dataloader, webdataset, ffcv, pytorch-nvjpeg (GPU), dali-cpu; "
+                                     "synthetic (on-device data, the upper bound) always runs first."),
+    model: str = typer.Option("resnet50", help="Comma list: resnet50, resnet18."),
+    precision: str = typer.Option("auto", help="auto (bf16 autocast on CUDA, fp32 on CPU), bf16 or fp32."),
+    device: str = typer.Option("auto", help="auto (CUDA when there is one), cpu or cuda."),
+    workers: str = typer.Option("all", help="Loader workers: a number or all (every core)."),
+    encoding: str = typer.Option("jpeg90", help="jpeg50, jpeg90, jpeg100, mix90 or raw."),
+    side: int = typer.Option(256, help="Max side in px of the dataset (the crop is 224 either way)."),
+    batch: int = typer.Option(256, help="Batch size."),
+    warmup: int = typer.Option(10, help="Untimed training steps first (workers start, cuDNN autotune)."),
+    steps: int = typer.Option(50, help="Timed training steps (then as many batches through the loader alone); keep warm-up + "
+                                   "2 × (2 × workers + 6) + 2 × steps batches within one epoch of --limit images."),
+    runs: int = typer.Option(3, help="Fresh processes per model × loader (median and interval over them)."),
+    corpus: str = typer.Option("data/corpus", help="A corpus made by `kitctl data make`."),
+    data_dir: Optional[str] = typer.Option(None, help="Where datasets are written and reused (default: beside the corpus)."),
+    limit: Optional[int] = typer.Option(None, help="Only the first N corpus images (epochs repeat as training needs)."),
+    timeout: Optional[float] = typer.Option(None, help="Seconds per run before the kit kills it (default 900)."),
+    python: Optional[str] = O_PYTHON,
+    results_dir: Path = O_RESULTS_DIR,
+    resume: Optional[Path] = O_RESUME,
+) -> None:
+    """End to end: ResNet training images/s fed by each loader vs synthetic on-device data (which keeps the GPU busy)."""
+    from . import run as runner
+    from .table import all_ok, print_table
+
+    console = Console(highlight=False)
+    try:
+        store, doc, cfg = common.open_store(
+            "train-e2e", results_dir, resume,
+            lambda: TrainE2EConfig.from_flags(corpus, data_dir, loaders, model, precision, device, workers, encoding,
+                                              side, batch, warmup, steps, runs, limit, timeout, python),
+            TrainE2EConfig.from_json)
+    except Fail as exc:
+        err.print(f"kitctl: {exc}")
+        raise typer.Exit(EXIT_USAGE)
+    doc["runtime"] = {"name": "local", "interpreter": cfg.python}
+    final = common.execute(store, doc, lambda: runner.run(cfg, store, doc, console.print))
+    print_table(console, doc, final)
+    raise typer.Exit(EXIT_OK if all_ok(doc) else EXIT_INCOMPLETE)

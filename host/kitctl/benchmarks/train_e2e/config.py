@@ -1,0 +1,103 @@
+"""train-e2e's typed configuration: built and checked once from the flags, recorded in the artifact, rebuilt
+from a partial's record for --resume through the same checks."""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...datarun import DATA_ENCODINGS as ENCODINGS
+from ...datarun import LOADER_FORMAT as FORMAT_OF
+from ...datarun import check_corpus, parse_ints, parse_names
+from ...errors import Fail
+
+# dali-gpu's batches stay in DALI's GPU tensors (no hand-off to torch in the trial yet)
+LOADERS = ("synthetic", "pytorch-dataloader", "webdataset", "ffcv", "pytorch-nvjpeg", "dali-cpu")
+MODELS = ("resnet50", "resnet18")
+PRECISIONS = ("auto", "bf16", "fp32")
+DEVICES = ("auto", "cpu", "cuda")
+CI_LEVEL = 0.95
+
+
+@dataclass(frozen=True)
+class TrainE2EConfig:
+    corpus: str
+    data_dir: str  # shared with dataload: <format>-<encoding>-<side>-n<images>, written once and reused
+    loaders: tuple[str, ...]  # "synthetic" first: the upper bound every loader is read against
+    models: tuple[str, ...]
+    precision: str  # auto: bf16 autocast on CUDA, fp32 on CPU
+    device: str
+    workers: int
+    encoding: str
+    side: int
+    batch: int
+    warmup: int
+    steps: int
+    runs: int
+    limit: int | None
+    timeout_s: float
+    python: str
+    ci_level: float = CI_LEVEL
+
+    @classmethod
+    def from_flags(cls, corpus: str, data_dir: str | None, loaders: str, models: str, precision: str, device: str,
+                   workers: str, encoding: str, side: int, batch: int, warmup: int, steps: int, runs: int,
+                   limit: int | None, timeout: float | None, python: str | None) -> TrainE2EConfig:
+        for flag, v in (("--batch", batch), ("--warmup", warmup), ("--steps", steps), ("--runs", runs),
+                        ("--side", side)):
+            if v <= 0:
+                raise Fail(f"{flag} must be > 0 (got {v})")
+        if precision not in PRECISIONS:
+            raise Fail(f"--precision must be one of {', '.join(PRECISIONS)} (got {precision!r})")
+        if device not in DEVICES:
+            raise Fail(f"--device must be one of {', '.join(DEVICES)} (got {device!r})")
+        if encoding not in ENCODINGS:
+            raise Fail(f"--encoding: unknown {encoding!r} (known: {', '.join(ENCODINGS)})")
+        if limit is not None and limit <= 0:
+            raise Fail(f"--limit must be > 0 (got {limit})")
+        if timeout is not None and timeout <= 0:
+            raise Fail(f"--timeout must be > 0 (got {timeout})")
+        py = python or sys.executable
+        if not os.access(py, os.X_OK):
+            raise Fail(f"--python {py}: not an executable")
+        names = parse_names("--loaders", loaders, LOADERS)
+        names = ("synthetic",) + tuple(n for n in names if n != "synthetic")  # the upper bound always runs
+        model_names = parse_names("--model", models, MODELS)
+        ws = parse_ints("--workers", workers, 1, all_value=os.cpu_count() or 1)
+        if len(ws) != 1:
+            raise Fail(f"--workers: one number or all (got {workers!r}); the workers sweep is dataload's")
+        c = check_corpus(corpus)
+        return cls(str(c), str(Path(data_dir).expanduser().resolve()) if data_dir else str(c.parent / "datasets"),
+                   names, model_names, precision, device, ws[0], encoding, int(side), batch, warmup, steps, runs,
+                   limit, float(timeout or 900), py)
+
+    @classmethod
+    def from_json(cls, r: dict[str, Any]) -> TrainE2EConfig:
+        try:
+            return cls.from_flags(r["corpus"], r["data_dir"], ",".join(r["loaders"]), ",".join(r["models"]),
+                                  r["precision"], r["device"], str(r["workers"]), r["encoding"], r["side"], r["batch"],
+                                  r["warmup"], r["steps"], r["runs"], r["limit"], r["timeout_s"], r["python"])
+        except (KeyError, TypeError) as exc:
+            raise Fail(f"the partial's configuration is not a train-e2e one ({exc})") from None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"corpus": self.corpus, "data_dir": self.data_dir, "loaders": list(self.loaders),
+                "models": list(self.models), "precision": self.precision, "device": self.device,
+                "workers": self.workers, "encoding": self.encoding, "side": self.side, "batch": self.batch,
+                "warmup": self.warmup, "steps": self.steps, "runs": self.runs, "limit": self.limit,
+                "timeout_s": self.timeout_s, "python": self.python, "ci_level": self.ci_level,
+                "pipeline": "decode -> RandomResizedCrop 224 -> flip -> uint8 batch (the dataload pipeline, page "
+                            "cache warm) -> to the device, normalised there (ImageNet mean/std, channels-last) -> "
+                            "forward, cross-entropy, backward, Adam lr 0.001 (bf16 autocast on CUDA unless "
+                            "--precision fp32)",
+                "synthetic_meaning": "one uint8 batch of the same shape resident on the device, normalised there "
+                                     "every step: the training step alone, the upper bound"}
+
+    def datasets(self) -> list[tuple[str, str, int]]:
+        fmts = list(dict.fromkeys(FORMAT_OF[x] for x in self.loaders if x != "synthetic"))
+        return [(f, self.encoding, self.side) for f in fmts]
+
+    def cells(self) -> list[tuple[str, str]]:
+        return [(m, ld) for m in self.models for ld in self.loaders]

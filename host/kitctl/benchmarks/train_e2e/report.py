@@ -1,0 +1,69 @@
+"""train-e2e's part of `kitctl report`: training images/s per model × loader against synthetic, the GPU busy
+fraction, the loader's own images/s, and which loader keeps the GPU busy."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ...reports.format import table
+from .table import KEEPS_BUSY, table_rows, verdict
+
+if TYPE_CHECKING:
+    from ...reports.sources import Source
+
+
+def result_table(src: Source) -> list[str]:
+    head, body = table_rows(src.doc)
+    return [*table(head, body, right={2, 3, 4, 5, 6, 7}), "", "**Which loader keeps the GPU busy**", "",
+            *[f"- {line}" for line in verdict(src.doc)]]
+
+
+def ratios(sources: list[Any]) -> list[Any]:
+    return []
+
+
+def measured(doc: dict[str, Any]) -> list[list[str]]:
+    c = doc["configuration"]
+    return [["Question", "training images/s of ResNet fed by each loader, against the same training on synthetic "
+                         "on-device data: which loader keeps the GPU busy"],
+            ["Pipeline", c.get("pipeline", "")],
+            ["Synthetic", c.get("synthetic_meaning", "")],
+            ["Models", ", ".join(c["models"])],
+            ["Precision", {"auto": "bf16 autocast on CUDA, fp32 on CPU"}.get(c["precision"], c["precision"])],
+            ["Loaders", ", ".join(c["loaders"])],
+            ["Data", f"{c['encoding']} at max side {c['side']} px, page cache warm; corpus `{c['corpus']}`"
+                     + (f", first {c['limit']:,} images" if c.get("limit") else "")],
+            ["Speed rule", f"batch {c['batch']}, {c['workers']} loader workers; {c['warmup']} warm-up steps, then "
+                           f"as many batches as the loader can have read ahead dropped (2 × workers + 6), then "
+                           f"{c['steps']} timed steps: training images/s = images ÷ timed wall time (device "
+                           f"synchronised at the end); then {c['steps']} batches through the loader alone = the "
+                           f"loader's own images/s (after what was read ahead); a loader's batches come through "
+                           f"a prefetch thread, two ahead, pinned on CUDA (as DataLoader(pin_memory=True)); "
+                           f"{c['runs']} runs per cell, each a fresh process; median and a "
+                           f"distribution-free interval of the median"],
+            ["GPU busy", "CUDA: events around each step (copy, normalise, forward, backward, Adam) on the stream; "
+                         "busy = Σ step spans ÷ (first start … last end), the gaps are the GPU waiting for data "
+                         "(pytorch-nvjpeg decodes on the same GPU: its kernels that land inside a span count as "
+                         "busy; its training images/s against synthetic is the figure to read). CPU: 1 − time "
+                         "waiting for the next batch ÷ window"],
+            ["Verdict rule", f"a loader keeps the GPU busy when its median training images/s reach "
+                             f"{KEEPS_BUSY:.0%} of synthetic's (same model)"],
+            ["Timeout", f"{c['timeout_s']:,.0f} s per run"]]
+
+
+def caveats(src: Any) -> list[str]:
+    """A window that crossed an epoch start (a small --limit) holds the loader's restart bubble, which a real
+    ImageNet epoch (5,005 steps of 256) has once: named per cell."""
+    hit = []
+    for c in src.doc["results"]:
+        n = sum((r.get("epoch_starts_in_window") or 0) + (r.get("loader_epoch_starts") or 0) for r in c["runs"])
+        if n:
+            hit.append(f"{c['model']} {c['loader']} ({n})")
+    if not hit:
+        return []
+    return [f"**Epoch starts inside timed windows** — {', '.join(hit)}: a loader restarts its read-ahead at each "
+            "epoch (a bubble an ImageNet epoch has once per 5,005 steps); these figures understate the loader. "
+            "A larger --limit keeps the windows inside one epoch."]
+
+
+def headline(src: Any) -> str:
+    return "; ".join(verdict(src.doc))

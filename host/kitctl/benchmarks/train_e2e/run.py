@@ -1,0 +1,81 @@
+"""Runs train-e2e: the dataset written once (the same folders dataload writes and reuses), then per model × loader
+`runs` fresh trial processes (`trial.py train`), `synthetic` first; the artifact saved after each."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ...core.stats import summarize
+from ...datarun import LOADER_FORMAT as FORMAT_OF
+from ...datarun import corpus_images, dataset_dir, prepare_datasets, run_trial, save
+from .config import TrainE2EConfig
+
+FIGURES = ("train_images_per_second", "loader_images_per_second", "busy_fraction", "data_wait_fraction",
+           "window_seconds", "warmup_seconds", "images", "steps", "data_wait_seconds", "loader_images",
+           "loader_seconds", "final_loss", "loss_after_warmup", "precision", "device", "parameters", "impl",
+           "layout", "busy_basis", "resident_before", "drained_batches", "epoch_starts_in_window",
+           "loader_epoch_starts", "cpu_count", "versions")
+
+
+def find(doc: dict[str, Any], key: tuple[str, str]) -> dict[str, Any] | None:
+    return next((c for c in doc["results"] if (c["model"], c["loader"]) == key), None)
+
+
+def run_figures(tr) -> dict[str, Any]:
+    r = tr.result or {}
+    ok = tr.status == "ok" and isinstance(r.get("train_images_per_second"), (int, float))
+    out = {k: r.get(k) for k in FIGURES}
+    if not ok:
+        out["train_images_per_second"] = None
+    return out
+
+
+def summaries(runs: list[dict[str, Any]], level: float) -> dict[str, Any]:
+    """Median and interval of each per-run figure the table reads (the loader's own rate: real loaders only)."""
+    out = {"train": summarize([r["train_images_per_second"] for r in runs], level),
+           "busy": summarize([r["busy_fraction"] for r in runs], level)}
+    loader = [r["loader_images_per_second"] for r in runs if isinstance(r.get("loader_images_per_second"), (int, float))]
+    out["loader"] = summarize(loader, level) if loader else None
+    return out
+
+
+def run(cfg: TrainE2EConfig, store, doc: dict[str, Any], note: Callable[[str], None]) -> None:
+    problems = prepare_datasets(cfg.python, cfg.corpus, cfg.data_dir, cfg.limit, cfg.timeout_s, cfg.datasets(), doc, note)
+    save(store, doc)
+    n = corpus_images(cfg.corpus, cfg.limit)
+    for key in cfg.cells():
+        model, loader = key
+        cell = find(doc, key)
+        if cell is None:
+            cell = {"model": model, "loader": loader, "status": "pending", "reason": "", "runs": [], "summary": None}
+            doc["results"].append(cell)
+        if cell["status"] == "ok":
+            continue
+        # A resumed cell keeps its passing runs; a failed run is run again.
+        cell["runs"] = [r for r in cell["runs"] if r["status"] == "ok"]
+        cell["status"], cell["reason"] = "pending", ""
+        argv = ["train", "--loader", loader, "--model", model, "--precision", cfg.precision, "--device", cfg.device,
+                "--workers", str(cfg.workers), "--batch", str(cfg.batch), "--warmup", str(cfg.warmup),
+                "--steps", str(cfg.steps)]
+        why = None
+        if loader != "synthetic":
+            fmt = FORMAT_OF[loader]
+            why = problems.get((fmt, cfg.encoding, cfg.side))
+            argv += ["--dataset", str(dataset_dir(cfg.data_dir, n, fmt, cfg.encoding, cfg.side))]
+        while why is None and len(cell["runs"]) < cfg.runs:
+            i = len(cell["runs"]) + 1
+            tr = run_trial(cfg.python, argv, cfg.timeout_s)
+            figs = run_figures(tr)
+            cell["runs"].append({"run": i, **tr.to_json(), **figs})
+            if figs["train_images_per_second"] is None:
+                why = f"run {i}/{cfg.runs} failed — {tr.status}: {tr.error}"
+            else:
+                own = figs["loader_images_per_second"]
+                note(f"{model} {loader} run {i}/{cfg.runs}: {figs['train_images_per_second']:,.1f} training "
+                     f"images/s, busy {figs['busy_fraction']:.0%}" + (f", loader alone {own:,.1f} images/s" if own else ""))
+            save(store, doc)
+        if why is not None:
+            cell.update(status="failed", reason=why, summary=None)
+            note(f"{model} {loader}: FAILED, {why}")
+        else:
+            cell.update(status="ok", summary=summaries(cell["runs"], cfg.ci_level))
+        save(store, doc)

@@ -1,0 +1,91 @@
+"""train-e2e's rows: one per model × loader, read against `synthetic` (the training step alone) of the same
+model (end table, report, plots), and the verdict: which loader keeps the GPU busy."""
+from __future__ import annotations
+
+from typing import Any
+
+# A loader "keeps the GPU busy" when its training images/s reach this share of synthetic's (the same model, medians).
+KEEPS_BUSY = 0.95
+
+
+def _median(s: dict[str, Any] | None) -> float | None:
+    return (s or {}).get("median")
+
+
+def rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    synth = {c["model"]: _median((c.get("summary") or {}).get("train")) for c in doc["results"]
+             if c["loader"] == "synthetic" and c["status"] == "ok"}
+    out = []
+    for c in doc["results"]:
+        s = c.get("summary") or {}
+        train = s.get("train") or {}
+        up = synth.get(c["model"])
+        out.append({"model": c["model"], "loader": c["loader"], "status": c["status"], "reason": c.get("reason", ""),
+                    "train": train.get("median"), "ci_low": train.get("ci_low"), "ci_high": train.get("ci_high"),
+                    "ci_level": train.get("ci_level"), "loader_alone": _median(s.get("loader")),
+                    "busy": _median(s.get("busy")), "runs": len(c["runs"]),
+                    "precision": next((r.get("precision") for r in c["runs"] if r.get("precision")), None),
+                    "of_synthetic": train["median"] / up if up and train.get("median") is not None else None})
+    return out
+
+
+def verdict(doc: dict[str, Any]) -> list[str]:
+    """One sentence per model: the loaders within KEEPS_BUSY of synthetic, or the closest one and its share."""
+    out = []
+    by_model: dict[str, list[dict[str, Any]]] = {}
+    for r in rows(doc):
+        by_model.setdefault(r["model"], []).append(r)
+    for model, rs in by_model.items():
+        up = next((r["train"] for r in rs if r["loader"] == "synthetic" and r["train"]), None)
+        real = [r for r in rs if r["loader"] != "synthetic" and r["of_synthetic"] is not None]
+        if up is None or not real:
+            out.append(f"{model}: no verdict (synthetic or every loader failed)")
+            continue
+        keep = [r for r in real if r["of_synthetic"] >= KEEPS_BUSY]
+        if keep:
+            names = ", ".join(f"{r['loader']} ({r['of_synthetic']:.0%})" for r in sorted(keep, key=lambda r: -r["train"]))
+            out.append(f"{model}: {names} keep{'s' if len(keep) == 1 else ''} the GPU busy (≥ {KEEPS_BUSY:.0%} of "
+                       f"synthetic's {up:,.1f} training images/s)")
+        else:
+            best = max(real, key=lambda r: r["train"])
+            out.append(f"{model}: no loader keeps the GPU busy; the closest, {best['loader']}, trains at "
+                       f"{best['of_synthetic']:.0%} of synthetic's {up:,.1f} images/s (busy {best['busy']:.0%})")
+    return out
+
+
+def all_ok(doc: dict[str, Any]) -> bool:
+    return bool(doc["results"]) and all(c["status"] == "ok" for c in doc["results"])
+
+
+def _n(x: Any) -> str:
+    return "—" if x is None else f"{x:,.1f}"
+
+
+def table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    head = ["Model", "Loader", "training images/s (median)", "interval", "of synthetic", "GPU busy",
+            "loader alone images/s", "runs"]
+    body = []
+    for r in rows(doc):
+        if r["status"] != "ok":
+            body.append([r["model"], r["loader"], f"FAILED: {r['reason']}", "", "", "", "", str(r["runs"])])
+            continue
+        lvl = f"{r['ci_level'] * 100:.0f}% " if r["ci_level"] else ""
+        body.append([r["model"], r["loader"], _n(r["train"]), f"{lvl}{_n(r['ci_low'])}–{_n(r['ci_high'])}",
+                     "—" if r["of_synthetic"] is None else f"{r['of_synthetic']:.0%}",
+                     "—" if r["busy"] is None else f"{r['busy']:.0%}",
+                     "(none: on device)" if r["loader"] == "synthetic" else _n(r["loader_alone"]), str(r["runs"])])
+    return head, body
+
+
+def print_table(console, doc: dict[str, Any], final) -> None:
+    from rich.table import Table
+
+    head, body = table_rows(doc)
+    t = Table(title=f"Training fed by each loader vs synthetic on-device data — {final}")
+    for h in head:
+        t.add_column(h, justify="left" if h in ("Model", "Loader") else "right")
+    for r in body:
+        t.add_row(*r)
+    console.print(t)
+    for line in verdict(doc):
+        console.print(line)

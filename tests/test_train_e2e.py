@@ -1,0 +1,140 @@
+"""`kitctl run train-e2e` end to end through the CLI on CPU: a tiny corpus, real PyTorch training (ResNet-18,
+a few steps) fed by pytorch-dataloader and by synthetic on-device batches; the artifact schema-valid, its
+figures consistent, the report's verdict and the bar plot, --resume; bad input one line, exit 2; webdataset and
+ffcv batches through the trial."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kitctl.core.artifact import load, validate
+
+pytest.importorskip("skimage", reason="the corpus's photographs ship in scikit-image")
+pytest.importorskip("torch")
+
+ENTRY = [sys.executable, "-c", "from kitctl.cli import main; main()"]
+STEPS, BATCH = 2, 4
+
+
+def kitctl(*args, timeout=900):
+    return subprocess.run([*ENTRY, *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ))
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("data") / "corpus"
+    p = kitctl("data", "make", "--out", out, "--images", 12, "--classes", 3, "--workers", 2)
+    assert p.returncode == 0, p.stderr
+    return out
+
+
+def test_bad_flags_are_one_line_exit_2(corpus, tmp_path):
+    for flags, says in ((["--model", "vgg"], "unknown vgg"), (["--loaders", "dali-gpu"], "unknown dali-gpu"),
+                        (["--workers", "1,2"], "one number or all"), (["--steps", 0], "--steps must be > 0"),
+                        (["--precision", "fp8"], "--precision must be one of")):
+        p = kitctl("run", "train-e2e", "--corpus", corpus, *flags, "--results-dir", tmp_path)
+        assert p.returncode == 2 and says in p.stderr and "Traceback" not in p.stderr, (flags, p.stderr)
+    assert not list(tmp_path.glob("train-e2e-*"))
+
+
+def test_config_round_trips_and_synthetic_runs_first(corpus):
+    from kitctl.benchmarks.train_e2e.config import TrainE2EConfig
+
+    cfg = TrainE2EConfig.from_flags(str(corpus), None, "pytorch-dataloader,synthetic", "resnet18,resnet50", "auto",
+                                    "cpu", "2", "jpeg90", 64, 4, 1, 2, 1, None, None, None)
+    assert cfg.loaders == ("synthetic", "pytorch-dataloader")
+    assert cfg.cells()[0] == ("resnet18", "synthetic") and len(cfg.cells()) == 4
+    assert cfg.datasets() == [("folder", "jpeg90", 64)]
+    assert TrainE2EConfig.from_json(cfg.to_json()) == cfg
+
+
+def test_training_fed_by_a_loader_and_synthetic_on_cpu(corpus, tmp_path):
+    res = tmp_path / "results"
+    p = kitctl("run", "train-e2e", "--corpus", corpus, "--data-dir", tmp_path / "ds", "--loaders", "pytorch-dataloader",
+               "--model", "resnet18", "--device", "cpu", "--workers", 1, "--side", 64, "--batch", BATCH,
+               "--warmup", 1, "--steps", STEPS, "--runs", 1, "--results-dir", res)
+    assert p.returncode == 0, p.stderr + p.stdout
+    assert "keep" in p.stdout and "GPU busy" in p.stdout  # the verdict under the end table
+    [final] = [f for f in res.glob("train-e2e-*.json") if not f.name.endswith(".partial.json")]
+    doc = load(final)  # schema-checked
+    assert doc["benchmark"] == "train-e2e" and doc["state"] == "complete"
+    assert [(c["model"], c["loader"]) for c in doc["results"]] == [("resnet18", "synthetic"),
+                                                                   ("resnet18", "pytorch-dataloader")]
+    for c in doc["results"]:
+        assert c["status"] == "ok", c["reason"]
+        [r] = c["runs"]
+        assert r["device"] == "cpu" and r["precision"] == "fp32" and r["parameters"] == 11_689_512  # torchvision's
+        assert r["images"] == BATCH * STEPS  # 12 images, batch 4: every batch full, epochs repeat
+        assert r["train_images_per_second"] == pytest.approx(r["images"] / r["window_seconds"])
+        assert 0 <= r["busy_fraction"] <= 1 and math.isfinite(r["final_loss"])
+        assert c["summary"]["train"]["median"] == pytest.approx(r["train_images_per_second"])
+    synth, loader = (c["runs"][0] for c in doc["results"])
+    assert synth["loader_images_per_second"] is None and doc["results"][0]["summary"]["loader"] is None
+    assert loader["loader_images"] == BATCH * STEPS and loader["loader_images_per_second"] > 0
+    assert loader["resident_before"] >= 0.98 and "DataLoader" in loader["impl"]
+    # Before each window, what one worker + the prefetch thread can hold is dropped: 2 x 1 + 3 + 3 batches.
+    assert loader["drained_batches"] == 8 and synth["drained_batches"] == 0
+    # 12 images in batches of 4: every window crosses an epoch start, and the report says so.
+    assert loader["epoch_starts_in_window"] >= 1 and synth["epoch_starts_in_window"] == 0
+    assert synth["data_wait_seconds"] < loader["data_wait_seconds"]  # a resident batch vs a worker process
+    out = tmp_path / "report.md"
+    p = kitctl("report", final, "--plots", tmp_path / "plots", "--out", out)
+    assert p.returncode == 0, p.stderr
+    md = out.read_text()
+    assert "Which loader keeps the GPU busy" in md and "resnet18" in md and "of synthetic" in md
+    assert "Epoch starts inside timed windows** — resnet18 pytorch-dataloader" in md
+    assert list((tmp_path / "plots").glob("*-train-e2e.png"))
+    # A partial with the loader's cell left: --resume (its recorded configuration) runs exactly that one.
+    partial = dict(doc, state="interrupted", finished_utc=None, results=doc["results"][:1])
+    validate(partial)
+    ppath = res / "train-e2e-rrc224-corpus-20000101T000000Z.partial.json"
+    ppath.write_text(json.dumps(partial))
+    p = kitctl("run", "train-e2e", "--resume", ppath)
+    assert p.returncode == 0, p.stderr
+    resumed = load(res / "train-e2e-rrc224-corpus-20000101T000000Z.json")
+    assert resumed["results"][0] == doc["results"][0] and resumed["results"][1]["status"] == "ok"
+
+
+def _cell(model, loader, train, busy=0.9):
+    s = {"n": 1, "median": train, "min": train, "max": train, "ci_low": None, "ci_high": None, "ci_level": None}
+    b = dict(s, median=busy, min=busy, max=busy)
+    return {"model": model, "loader": loader, "status": "ok", "runs": [{}],
+            "summary": {"train": s, "busy": b, "loader": None}}
+
+
+def test_verdict_names_the_loaders_within_the_rule():
+    from kitctl.benchmarks.train_e2e.table import verdict
+
+    # Inputs to the pure rule, not measurements: two loaders at 97% and 50% of synthetic, then none within 95%.
+    doc = {"results": [_cell("resnet50", "synthetic", 1000.0), _cell("resnet50", "ffcv", 970.0),
+                       _cell("resnet50", "pytorch-dataloader", 500.0, 0.5),
+                       _cell("resnet18", "synthetic", 3000.0), _cell("resnet18", "ffcv", 1500.0, 0.5)]}
+    r50, r18 = verdict(doc)
+    assert r50.startswith("resnet50: ffcv (97%) keeps the GPU busy") and "pytorch-dataloader" not in r50
+    assert r18.startswith("resnet18: no loader keeps the GPU busy; the closest, ffcv, trains at 50%")
+
+
+@pytest.mark.parametrize("loader", ["webdataset", "ffcv"])
+def test_the_trial_trains_from_the_other_formats(corpus, tmp_path, loader):
+    """webdataset (NCHW tensors + label array) and ffcv (NHWC numpy + (B, 1) labels) hand their batches over."""
+    pytest.importorskip(loader)
+    trial = Path(__file__).resolve().parent.parent / "trials" / "dataload" / "trial.py"
+    ds = tmp_path / loader
+    p = subprocess.run([sys.executable, trial, "datasize", "--corpus", corpus, "--out", ds, "--format", loader,
+                        "--encoding", "jpeg90", "--side", "64", "--keep", "--workers", "1"], capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    p = subprocess.run([sys.executable, trial, "train", "--loader", loader, "--dataset", ds, "--model", "resnet18",
+                        "--device", "cpu", "--batch", str(BATCH), "--warmup", "1", "--steps", str(STEPS),
+                        "--workers", "1"], capture_output=True, text=True, timeout=600)
+    r = json.loads(p.stdout.strip().splitlines()[-1][len("KIT-RESULT "):])
+    assert p.returncode == 0 and r["status"] == "ok", r.get("error")
+    assert r["layout"] == ("NHWC" if loader == "ffcv" else "NCHW") and r["images"] > 0
+    assert r["train_images_per_second"] > 0 and r["loader_images_per_second"] > 0
