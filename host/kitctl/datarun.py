@@ -242,7 +242,7 @@ def run_trial_docker(image: str, argv: list[str], dataset: Path, timeout_s: floa
     return TrialRun(status, result, rc, elapsed, result.get("error") if status != "ok" else None, errs[-STDERR_TAIL:])
 
 
-# -- the datasets a loader run reads (train-e2e's; dataload/run.py holds the same three for itself) -----------------
+# -- the datasets a loader run reads (dataload's and train-e2e's) ------------------------------------------------
 # Which dataset format each loader reads, the encodings a dataset can have (trials/dataload/writers.py).
 LOADER_FORMAT = {"pytorch-dataloader": "folder", "webdataset": "webdataset", "ffcv": "ffcv", "pytorch-nvjpeg": "folder",
                  "dali-cpu": "folder", "dali-gpu": "folder"}

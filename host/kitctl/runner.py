@@ -85,9 +85,7 @@ class UnitRunner:
             self.doc["state"] = "running"
             self.save()  # a new run's first write: its partial appears, whole and locked
             self.view.note(f"partial artifact: {self.store.partial}")
-            for engine in self.plan.engines:
-                for precision in self.plan.precisions:
-                    self._run_cell(engine, precision)
+            self._run_cells([(e, p) for e in self.plan.engines for p in self.plan.precisions])
             self.doc["state"] = "complete"
             self.doc["finished_utc"] = utc_iso()
             return self.doc
@@ -110,7 +108,15 @@ class UnitRunner:
             raise
         finally:
             self._restore_signals()
-            self.runtime.close()
+            self._close()
+
+    def _run_cells(self, cells: list[tuple[Engine, str]]) -> None:
+        """Every cell in order (a runner with several lanes runs them side by side)."""
+        for engine, precision in cells:
+            self._run_cell(engine, precision)
+
+    def _close(self) -> None:
+        self.runtime.close()
 
     def _request(self, engine: Engine, precision: str, batch: int, budget_mib: int | None) -> TrialRequest:
         return replace(self.plan.base_request, engine=engine.name, mode=engine.mode, batch=batch,

@@ -9,12 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import Fail
-from ...datarun import check_corpus, parse_ints, parse_names
+from ...datarun import DATA_ENCODINGS, LOADER_FORMAT, check_corpus, parse_ints, parse_names
 
 LOADERS = ("pytorch-dataloader", "webdataset", "ffcv", "pytorch-nvjpeg", "dali-cpu", "dali-gpu")
-FORMAT_OF = {"pytorch-dataloader": "folder", "webdataset": "webdataset", "ffcv": "ffcv", "pytorch-nvjpeg": "folder",
-             "dali-cpu": "folder", "dali-gpu": "folder"}
-ENCODINGS = ("jpeg50", "jpeg90", "jpeg100", "mix90", "raw")
+FORMAT_OF, ENCODINGS = LOADER_FORMAT, DATA_ENCODINGS  # which format each loader reads; what a dataset can hold
 SOURCES = ("ram", "cold")
 CI_LEVEL = 0.95
 

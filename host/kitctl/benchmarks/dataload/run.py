@@ -2,22 +2,12 @@
 loader × encoding × side × source × workers, `runs` fresh trial processes; the artifact saved after each."""
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any, Callable
 
 from ...core.stats import summarize
-from ...datarun import CONTAINER_DATA, run_trial, run_trial_docker, save
+from ...datarun import CONTAINER_DATA, corpus_images, dataset_dir, prepare_datasets, run_trial_docker, save, \
+    run_trial
 from .config import FORMAT_OF, DataloadConfig
-
-
-def dataset_dir(cfg: DataloadConfig, images: int, fmt: str, enc: str, side: int) -> Path:
-    return Path(cfg.data_dir) / f"{fmt}-{enc}-{side}-n{images}"
-
-
-def corpus_images(cfg: DataloadConfig) -> int:
-    n = json.loads((Path(cfg.corpus) / "manifest.json").read_text())["images"]
-    return min(n, cfg.limit) if cfg.limit else n
 
 
 def find(doc: dict[str, Any], key: tuple) -> dict[str, Any] | None:
@@ -27,27 +17,8 @@ def find(doc: dict[str, Any], key: tuple) -> dict[str, Any] | None:
 
 def prepare(cfg: DataloadConfig, doc: dict[str, Any], note: Callable[[str], None]) -> dict[tuple, str | None]:
     """Write the datasets the cells need; returns why each (format, encoding, side) is unusable, or None."""
-    n = corpus_images(cfg)
-    problems: dict[tuple, str | None] = {}
-    doc.setdefault("datasets", [])
-    for fmt, enc, side in cfg.datasets():
-        d = dataset_dir(cfg, n, fmt, enc, side)
-        info = d / "dataset.json"
-        if info.is_file():
-            problems[(fmt, enc, side)] = None
-            continue
-        argv = ["datasize", "--corpus", cfg.corpus, "--out", str(d), "--format", fmt, "--encoding", enc,
-                "--side", str(side), "--keep"]
-        if cfg.limit:
-            argv += ["--limit", str(cfg.limit)]
-        tr = run_trial(cfg.python, argv, cfg.timeout_s)
-        problems[(fmt, enc, side)] = None if tr.status == "ok" else f"writing the dataset failed: {tr.error}"
-        doc["datasets"].append({"path": str(d), "format": fmt, "encoding": enc, "side": side, **tr.to_json(),
-                                "size": {k: (tr.result or {}).get(k) for k in ("images", "payload_bytes", "file_bytes",
-                                                                               "write_seconds")}})
-        note(f"dataset {d.name}: {tr.status}" + (f" ({tr.error})" if tr.error else
-                                                f" in {tr.elapsed_s:.1f} s"))
-    return problems
+    return prepare_datasets(cfg.python, cfg.corpus, cfg.data_dir, cfg.limit, cfg.timeout_s, list(cfg.datasets()),
+                            doc, note)
 
 
 def run_figures(tr) -> dict[str, Any]:
@@ -62,7 +33,7 @@ def run_figures(tr) -> dict[str, Any]:
 def run(cfg: DataloadConfig, store, doc: dict[str, Any], note: Callable[[str], None]) -> None:
     problems = prepare(cfg, doc, note)
     save(store, doc)
-    n = corpus_images(cfg)
+    n = corpus_images(cfg.corpus, cfg.limit)
     for key in cfg.cells():
         loader, enc, side, source, workers = key
         cell = find(doc, key)
@@ -79,7 +50,7 @@ def run(cfg: DataloadConfig, store, doc: dict[str, Any], note: Callable[[str], N
         why = problems.get((fmt, enc, side))
         while why is None and len(cell["runs"]) < cfg.runs:
             i = len(cell["runs"]) + 1
-            ds = dataset_dir(cfg, n, fmt, enc, side)
+            ds = dataset_dir(cfg.data_dir, n, fmt, enc, side)
             flags = ["--workers", str(workers), "--source", source, "--batch", str(cfg.batch), "--epochs",
                      str(cfg.epochs)]
             if cfg.runtime == "docker":

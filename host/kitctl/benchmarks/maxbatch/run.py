@@ -11,7 +11,6 @@ import threading
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
-from ...core import signals
 from ...core.artifact import utc_iso
 from ...core.budget import Budget, BudgetError, framework_budget, overhead_from
 from ...core.engines import Engine
@@ -21,7 +20,7 @@ from ...core.watch import Watcher
 from ...core.search import STRATEGIES, SearchConfig
 from ...core.signals import Interrupted  # noqa: F401  (re-exported: SIGINT/SIGTERM/SIGHUP during a run)
 from ...runner import UnitRunner, find_cell
-from ...runtimes.base import Runtime, RuntimeUnavailable
+from ...runtimes.base import Runtime
 
 
 @dataclass
@@ -121,49 +120,21 @@ class Runner(UnitRunner):
         return [Lane(self.runtime, self.plan.budget, self.plan.watcher_factory)]
 
     # -- the run: UnitRunner's, with lanes side by side and every runtime closed --------
-    def run(self) -> dict[str, Any]:
-        self._install_signals()
-        lanes = self._lanes()
-        try:
-            self.doc["state"] = "running"
-            self.save()  # a new run's first write: its partial appears, whole and locked
-            self.view.note(f"partial artifact: {self.store.partial}")
-            cells = [(e, p) for e in self.plan.engines for p in self.plan.precisions]
-            # Explicit lanes (--gpus, --cluster) run in worker threads even when there is one:
-            # signals then reach the main thread while it only waits, never inside a lane's
-            # C extension call (Ray's wait drops an exception raised there).
-            if self.lanes is None:
-                for engine, precision in cells:
-                    self._run_cell(engine, precision)  # (the throughput runner's override too)
-            else:
-                self._run_side_by_side(cells, lanes)
-            self.doc["state"] = "complete"
-            self.doc["finished_utc"] = utc_iso()
-            return self.doc
-        except (Interrupted, KeyboardInterrupt) as exc:
-            # A second signal must not lose the partial: from here on they are ignored.
-            signals.stop_interrupting()
-            why = str(exc) or "SIGINT"
-            if self.store.claimed:  # else nothing was written, and nothing will be
-                self.doc["state"] = "interrupted"
-                self.doc["interrupted_by"] = why
-                self.save()
-            raise Interrupted(why) from None
-        except RuntimeUnavailable as exc:
-            # The runtime went away mid-run (daemon stopped, GPU runtime missing): keep the
-            # partial resumable and let the CLI say it in one line.
-            if self.store.claimed:
-                self.doc["state"] = "interrupted"
-                self.doc["interrupted_by"] = f"runtime unavailable: {exc}"
-                self.save()
-            raise
-        finally:
-            self._restore_signals()
-            closed: set[int] = set()
-            for rt in [self.runtime, *(lane.runtime for lane in lanes)]:
-                if id(rt) not in closed:
-                    closed.add(id(rt))
-                    rt.close()
+    def _run_cells(self, cells: list[tuple[Engine, str]]) -> None:
+        # Explicit lanes (--gpus, --cluster) run in worker threads even when there is one:
+        # signals then reach the main thread while it only waits, never inside a lane's
+        # C extension call (Ray's wait drops an exception raised there).
+        if self.lanes is None:
+            super()._run_cells(cells)
+        else:
+            self._run_side_by_side(cells, self._lanes())
+
+    def _close(self) -> None:
+        closed: set[int] = set()
+        for rt in [self.runtime, *(lane.runtime for lane in self._lanes())]:
+            if id(rt) not in closed:
+                closed.add(id(rt))
+                rt.close()
 
     def _run_side_by_side(self, cells: list[tuple[Engine, str]], lanes: list[Lane]) -> None:
         """One worker thread per lane takes the next cell until none is left. Signals reach the
