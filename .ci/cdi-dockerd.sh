@@ -47,11 +47,15 @@ fetch() {
   fi
   # Trixie's binaries that need a newer glibc than this machine's (runc wants 2.38; Debian 12 has
   # 2.36) are dropped: the daemon then takes this machine's own from PATH.
-  local b
+  # (The output is read first: under pipefail, `b --version | grep -q` takes b's failing exit status,
+  # and the check never fired — trixie's runc 1.1.15+ds1-2+deb13u1 needs 2.38.)
+  local b out
   for b in runc containerd-shim-runc-v2 containerd; do
-    if [[ -x $DIR/bin/$b ]] && "$DIR/bin/$b" --version 2>&1 | grep -q "GLIBC_[0-9.]*' not found"; then
+    [[ -x $DIR/bin/$b ]] || continue
+    out=$("$DIR/bin/$b" --version 2>&1 || true)
+    if [[ $out == *"GLIBC_"*"not found"* ]]; then
       command -v "$b" >/dev/null || die "$DIR/bin/$b does not run here and there is no $b on PATH"
-      log "$b from trixie does not run here ($("$DIR/bin/$b" --version 2>&1 | head -n1 | cut -c1-100)); using $(command -v "$b")"
+      log "$b from trixie does not run here ($(head -n1 <<<"$out" | cut -c1-100)); using $(command -v "$b")"
       rm -f "$DIR/bin/$b"
     fi
   done
