@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 import typer
+from rich.console import Console
 
 from .core import artifact as art
 from .core import signals
 from .core.paths import kit_root
 from .core.provenance import host_info, kit_info
 from .core.signals import Interrupted
-from .errors import EXIT_INTERRUPTED, EXIT_USAGE, Fail, err
+from .errors import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Fail, err
 
 RESULT_PREFIX = "KIT-RESULT "
 STDERR_TAIL = 4000
@@ -154,6 +155,25 @@ def open_store(benchmark: str, results_dir: Path, resume: Path | None,
         return store, new_doc(benchmark, cfg.to_json()), cfg
     except art.ArtifactError as exc:
         raise Fail(str(exc)) from None
+
+
+def run_command(benchmark: str, results_dir: Path, resume: Path | None, new_config: Callable[[], Any],
+                config_of: Callable[[dict[str, Any]], Any], runtime_of: Callable[[Any], dict[str, Any]],
+                body: Callable[[Any, art.ArtifactStore, dict[str, Any], Callable[[str], None]], None],
+                print_table: Callable[..., None], all_ok: Callable[[dict[str, Any]], bool]) -> None:
+    """What every data benchmark's `kitctl run` does after parsing its flags: open the run (new or
+    --resume; bad input is one line, exit 2), record its runtime, run its units (body(cfg, store, doc,
+    note) saves after each), print its end table and exit (0 all ok, else incomplete)."""
+    console = Console(highlight=False)
+    try:
+        store, doc, cfg = open_store(benchmark, results_dir, resume, new_config, config_of)
+    except Fail as exc:
+        err.print(f"kitctl: {exc}")
+        raise typer.Exit(EXIT_USAGE) from None
+    doc["runtime"] = runtime_of(cfg)
+    final = execute(store, doc, lambda: body(cfg, store, doc, console.print))
+    print_table(console, doc, final)
+    raise typer.Exit(EXIT_OK if all_ok(doc) else EXIT_INCOMPLETE)
 
 
 def save(store: art.ArtifactStore, doc: dict[str, Any]) -> None:

@@ -5,9 +5,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 
-from ...errors import EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, Fail, err
 from ...runconfig import O_PYTHON, O_RESULTS_DIR, O_RESUME
 from ... import datarun as common
 from .config import SIDES, DatasizeConfig
@@ -29,16 +27,8 @@ def datasize(
     from . import run as runner
     from .table import all_ok, print_table
 
-    console = Console(highlight=False)
-    try:
-        store, doc, cfg = common.open_store(
-            "datasize", results_dir, resume,
-            lambda: DatasizeConfig.from_flags(corpus, formats, encodings, sides, limit, workers, timeout, python),
-            DatasizeConfig.from_json)
-    except Fail as exc:
-        err.print(f"kitctl: {exc}")
-        raise typer.Exit(EXIT_USAGE)
-    doc["runtime"]["interpreter"] = cfg.python
-    final = common.execute(store, doc, lambda: runner.run(cfg, store, doc, console.print))
-    print_table(console, doc, final)
-    raise typer.Exit(EXIT_OK if all_ok(doc) else EXIT_INCOMPLETE)
+    common.run_command(
+        "datasize", results_dir, resume,
+        lambda: DatasizeConfig.from_flags(corpus, formats, encodings, sides, limit, workers, timeout, python),
+        DatasizeConfig.from_json, lambda cfg: {"name": "local", "interpreter": cfg.python},
+        runner.run, print_table, all_ok)

@@ -5,10 +5,8 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 
 from ... import datarun as common
-from ...errors import EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, Fail, err
 from ...runconfig import O_PYTHON, O_RESULTS_DIR, O_RESUME
 from .config import TrainE2EConfig
 
@@ -40,17 +38,9 @@ def train_e2e(
     from . import run as runner
     from .table import all_ok, print_table
 
-    console = Console(highlight=False)
-    try:
-        store, doc, cfg = common.open_store(
-            "train-e2e", results_dir, resume,
-            lambda: TrainE2EConfig.from_flags(corpus, data_dir, loaders, model, precision, device, workers, encoding,
-                                              side, batch, warmup, steps, runs, limit, timeout, python),
-            TrainE2EConfig.from_json)
-    except Fail as exc:
-        err.print(f"kitctl: {exc}")
-        raise typer.Exit(EXIT_USAGE)
-    doc["runtime"] = {"name": "local", "interpreter": cfg.python}
-    final = common.execute(store, doc, lambda: runner.run(cfg, store, doc, console.print))
-    print_table(console, doc, final)
-    raise typer.Exit(EXIT_OK if all_ok(doc) else EXIT_INCOMPLETE)
+    common.run_command(
+        "train-e2e", results_dir, resume,
+        lambda: TrainE2EConfig.from_flags(corpus, data_dir, loaders, model, precision, device, workers, encoding,
+                                          side, batch, warmup, steps, runs, limit, timeout, python),
+        TrainE2EConfig.from_json, lambda cfg: {"name": "local", "interpreter": cfg.python},
+        runner.run, print_table, all_ok)
