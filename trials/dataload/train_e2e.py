@@ -33,7 +33,7 @@ _PYTORCH = Path(__file__).resolve().parent.parent / "pytorch"
 if str(_PYTORCH) not in sys.path:
     sys.path.insert(0, str(_PYTORCH))
 
-from resnet50 import ResNet50, count_parameters  # noqa: E402  (the throughput trial's ResNet-50 v1.5)
+from resnet50 import ResNet50, count_parameters, init_weights  # noqa: E402  (the throughput trial's ResNet-50 v1.5)
 
 MODELS = ("resnet50", "resnet18")
 PRECISIONS = ("auto", "bf16", "fp32")
@@ -79,17 +79,9 @@ class ResNet18(nn.Module):
         self.layer1, self.layer2, self.layer3, self.layer4 = layers
         self.avgpool = nn.AdaptiveAvgPool2d(1)
         self.fc = nn.Linear(512, num_classes)
-        for m in self.modules():
-            if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-            elif isinstance(m, nn.BatchNorm2d):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
+        init_weights(self)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
-        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-        return self.fc(torch.flatten(self.avgpool(x), 1))
+    forward = ResNet50.forward  # the same stem → four stages → pooled head
 
 
 def make_model(name: str) -> nn.Module:
