@@ -138,3 +138,61 @@ def test_the_trial_trains_from_the_other_formats(corpus, tmp_path, loader):
     assert p.returncode == 0 and r["status"] == "ok", r.get("error")
     assert r["layout"] == ("NHWC" if loader == "ffcv" else "NCHW") and r["images"] > 0
     assert r["train_images_per_second"] > 0 and r["loader_images_per_second"] > 0
+
+
+@pytest.mark.parametrize("loader", ["pytorch-dataloader", "ffcv"])
+def test_an_epoch_left_midway_stops_its_threads_and_workers(corpus, tmp_path, loader):
+    """The trial leaves its last epoch midway. Before it exits, the prefetch thread, ffcv's epoch thread and the
+    DataLoader's worker processes must be gone: one still inside a loader when the interpreter finalises aborted
+    the process after its result line (exit -6, "terminate called without an active exception": CI, stop 23)."""
+    pytest.importorskip("ffcv" if loader == "ffcv" else "torch")
+    import threading
+
+    trials = Path(__file__).resolve().parent.parent / "trials" / "dataload"
+    fmt = "ffcv" if loader == "ffcv" else "folder"
+    ds = tmp_path / fmt
+    p = subprocess.run([sys.executable, trials / "trial.py", "datasize", "--corpus", corpus, "--out", ds, "--format",
+                        fmt, "--encoding", "jpeg90", "--side", "64", "--keep", "--workers", "1"], capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    sys.path.insert(0, str(trials))
+    try:
+        import loaders
+        from train_e2e import Prefetch, split
+    finally:
+        sys.path.remove(str(trials))
+    built = loaders.build(loader, ds, 2, 1, "ram", 0)
+    epochs = []
+
+    def batches():
+        ep = built.epoch()
+        epochs.append(ep)
+        try:
+            for b in ep:
+                yield (*split(b, built.layout), 1)
+        finally:
+            loaders.finish(ep)
+
+    it = Prefetch(batches(), pin=False)
+    next(it)  # 12 images in batches of 2: the epoch is left after the first
+    it.close()
+    assert not it.thread.is_alive()
+    [ep] = epochs
+    if isinstance(ep, threading.Thread):  # ffcv's EpochIterator
+        assert not ep.is_alive()
+    else:  # torch's multi-process iterator: its workers were shut down and joined
+        assert ep._shutdown and not any(w.is_alive() for w in ep._workers)
+
+
+def test_a_result_followed_by_a_crash_is_an_error_that_says_so():
+    from kitctl.datarun import trial_outcome
+
+    line = 'KIT-RESULT {"status": "ok", "images": 8}\n'
+    run = trial_outcome(line, "terminate called without an active exception\n", -6, 1.0)
+    assert run.status == "error" and run.result == {"status": "ok", "images": 8}
+    assert run.error == ("the trial printed its result, then exited -6 (SIGABRT): "
+                         "terminate called without an active exception")
+    assert trial_outcome(line, "", 0, 1.0).status == "ok" and trial_outcome(line, "", 0, 1.0).error is None
+    assert trial_outcome("", "", 3, 1.0).error == "no result line (exit 3)"
+    assert trial_outcome('KIT-RESULT {"status": "oom"}', "", 0, 1.0).error == "status oom (exit 0)"
+    assert trial_outcome("KIT-RESULT [1]", "", 0, 1.0).error == "a malformed result line"

@@ -78,21 +78,41 @@ def run_trial(python: str, argv: list[str], timeout_s: float) -> TrialRun:
         except ProcessLookupError:
             pass
     elapsed = time.monotonic() - t0
-    tail = errs[-STDERR_TAIL:]
-    rc = proc.returncode
     if timed_out:
-        return TrialRun("timeout", None, None, elapsed, f"killed by the kit after {timeout_s:g} s", tail)
+        return TrialRun("timeout", None, None, elapsed, f"killed by the kit after {timeout_s:g} s", errs[-STDERR_TAIL:])
+    return trial_outcome(out, errs, proc.returncode, elapsed)
+
+
+def _exit_text(rc: int | None) -> str:
+    if rc is not None and rc < 0:
+        try:
+            return f"{rc} ({signal.Signals(-rc).name})"
+        except ValueError:
+            pass
+    return str(rc)
+
+
+def trial_outcome(out: str, errs: str, rc: int | None, elapsed: float) -> TrialRun:
+    """A finished trial process (local or in a container) from its stdout, stderr and exit status."""
+    tail = errs[-STDERR_TAIL:]
     lines = [ln for ln in out.splitlines() if ln.startswith(RESULT_PREFIX)]
     if not lines:
-        return TrialRun("crash", None, rc, elapsed, f"no result line (exit {rc})", tail)
+        return TrialRun("crash", None, rc, elapsed, f"no result line (exit {_exit_text(rc)})", tail)
     try:
         result = json.loads(lines[-1][len(RESULT_PREFIX):])
     except ValueError:
+        result = None
+    if not isinstance(result, dict):
         return TrialRun("crash", None, rc, elapsed, "a malformed result line", tail)
-    status = result.get("status") if isinstance(result, dict) else None
-    if status == "ok" and rc != 0:
-        status = "error"
-    return TrialRun(status or "error", result, rc, elapsed, result.get("error") if status != "ok" else None, tail)
+    status = result.get("status") or "error"
+    if status != "ok":
+        return TrialRun(status, result, rc, elapsed, result.get("error") or f"status {status} (exit {_exit_text(rc)})",
+                        tail)
+    if rc != 0:  # a figure from a process that then died is not kept: its end may have been part of the run
+        last = tail.strip().splitlines()[-1:] or ["(no stderr)"]
+        return TrialRun("error", result, rc, elapsed,
+                        f"the trial printed its result, then exited {_exit_text(rc)}: {last[0][:200]}", tail)
+    return TrialRun("ok", result, rc, elapsed, None, tail)
 
 
 def parse_names(flag: str, text: str, known: tuple[str, ...]) -> tuple[str, ...]:
@@ -249,17 +269,7 @@ def run_trial_docker(image: str, argv: list[str], dataset: Path, timeout_s: floa
     elapsed = time.monotonic() - t0
     if timed_out:
         return TrialRun("timeout", None, None, elapsed, f"killed by the kit after {timeout_s:g} s", errs[-STDERR_TAIL:])
-    lines = [ln for ln in out.splitlines() if ln.startswith(RESULT_PREFIX)]
-    if not lines:
-        return TrialRun("crash", None, rc, elapsed, f"no result line (exit {rc})", errs[-STDERR_TAIL:])
-    try:
-        result = json.loads(lines[-1][len(RESULT_PREFIX):])
-    except ValueError:
-        return TrialRun("crash", None, rc, elapsed, "a malformed result line", errs[-STDERR_TAIL:])
-    status = result.get("status") or "error"
-    if status == "ok" and rc != 0:
-        status = "error"
-    return TrialRun(status, result, rc, elapsed, result.get("error") if status != "ok" else None, errs[-STDERR_TAIL:])
+    return trial_outcome(out, errs, rc, elapsed)
 
 
 # -- the datasets a loader run reads (dataload's and train-e2e's) ------------------------------------------------

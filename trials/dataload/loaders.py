@@ -16,8 +16,10 @@ PIL bilinear resize (what torchvision does on a PIL image); results record which
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import random
+import threading
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -123,6 +125,33 @@ class Built:
         # Called before the source is prepared for an epoch (untimed): a loader that reads ahead across epochs
         # (DALI) starts afresh, so nothing it prefetched survives a cache drop.
         self.reset = reset
+
+
+def finish(it: Any, timeout_s: float = 60.0) -> None:
+    """Stop an epoch's iterator left before its end, and wait for its threads and worker processes. A thread
+    still inside a loader when the interpreter finalises (ffcv's epoch thread in numba code, a prefetch thread in
+    torch) aborts the process ("terminate called without an active exception", exit -6) after the result line."""
+    shutdown = getattr(it, "_shutdown_workers", None)  # torch DataLoader's multi-process iterator
+    if callable(shutdown):
+        shutdown()
+    terminate = getattr(it, "terminate_event", None)  # ffcv's EpochIterator: it checks the event between batches
+    if terminate is not None:
+        terminate.set()
+    if isinstance(it, threading.Thread):
+        # Its put() into a full queue times out every 0.5 s and then sees the event; only the end-of-epoch put
+        # blocks for good, so the queue is emptied only when the thread is still there a second later.
+        waited = 0.0
+        while it.is_alive() and waited < timeout_s:
+            it.join(timeout=0.5)
+            waited += 0.5
+            queue = getattr(it, "output_queue", None)
+            if it.is_alive() and waited % 1.0 == 0 and queue is not None:
+                with contextlib.suppress(Exception):  # queue.Empty: it took the last one itself
+                    while True:
+                        queue.get_nowait()
+    close = getattr(it, "close", None)  # ffcv releases its memory context; a generator runs its finally blocks
+    if callable(close):
+        close()
 
 
 def _folder_dataset(root: Path, tf):

@@ -21,6 +21,7 @@ for the host, i.e. for data. On CPU the step is synchronous: busy = 1 - (time in
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -111,6 +112,7 @@ class Prefetch:
         self.depth = depth
         self.stop = threading.Event()
         self.pin = pin
+        self.source = source
         self.thread = threading.Thread(target=self._run, args=(source,), daemon=True, name="prefetch")
         self.thread.start()
 
@@ -145,8 +147,19 @@ class Prefetch:
             raise StopIteration
         return item
 
-    def close(self) -> None:
+    def close(self, timeout_s: float = 60.0) -> None:
+        """Stop the thread, then the source (its finally blocks stop the loader's own threads and workers): a
+        thread still inside a loader when the interpreter finalises aborts the process after its result line."""
+        import queue
+
         self.stop.set()
+        deadline = time.monotonic() + timeout_s
+        while self.thread.is_alive() and time.monotonic() < deadline:
+            with contextlib.suppress(queue.Empty):  # room for a put() in progress, which then sees the stop
+                self.q.get_nowait()
+            self.thread.join(timeout=0.1)
+        if not self.thread.is_alive() and hasattr(self.source, "close"):
+            self.source.close()
 
 
 def split(batch, layout: str):
@@ -237,8 +250,14 @@ def run(loader: str, dataset: Path | None, workers: int, batch: int, model: str,
             epoch = 0
             while True:
                 epoch += 1
-                for b in built.epoch():
-                    yield (*split(b, built.layout), epoch)
+                ep, ended = built.epoch(), False
+                try:
+                    for b in ep:
+                        yield (*split(b, built.layout), epoch)
+                    ended = True
+                finally:  # an epoch left midway (closed between two batches); a persistent one stays for the next
+                    if not ended:
+                        loaders.finish(ep)
 
         it = Prefetch(batches(), pin=cuda)
         result["prefetch"] = ("a thread takes batches 2 ahead" + (" and pins CPU batches (async host-to-device "
