@@ -1,0 +1,171 @@
+"""Several candidates of one cell at once (speculative split), answers equal by construction.
+
+A strategy (`search.STRATEGIES`) asks for one batch at a time. With k free GPUs the next
+candidates it *could* ask for are known in advance: the one it asks for now, and for each
+possible outcome of that one (pass / memory failure) the one it would ask for then, and so on —
+a breadth-first tree of the strategy's own decisions. For bisection, k = 3 runs two levels of
+the tree at once (the midpoint and both quarter points); whichever way the midpoint goes, the
+next candidate is already measured.
+
+The answer never depends on the speculation: `replay` walks the sequential strategy over the
+recorded trials, handing it a recorded trial of the batch it asks for (the earliest one not yet
+used), until it stops or asks for a batch not recorded. The trials it used are "on the path";
+the others were measured but are excluded from the answer. So the answer is what one GPU would
+have found given the same measurements, even where pass/fail is not monotone in the batch, and
+`--resume` is the same replay over the partial's trials, speculative ones included.
+
+Hypotheses: a pending candidate either passes (status ok, its device-delta peak guessed on the
+line through the nearest recorded passes: only `guided` reads it, and a wrong guess only costs
+a useless speculative candidate) or fails with a memory failure ("oom"). A retry-class outcome
+(timeout/crash/error) is not hypothesised: when one happens, the replay hands it to the strategy,
+which asks for the same batch again, and that retry becomes the next candidate, as on one GPU.
+Pure functions, no I/O.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+from .outcome import Status
+from .search import STRATEGIES, Decision, SearchConfig, Trial
+
+Decide = Callable[[Sequence[Trial], SearchConfig], Decision]
+
+# Nodes of the hypothesis tree looked at per call: enough for k ≤ 8 at depth 3 with a few
+# pending candidates, small enough to stay a few milliseconds.
+MAX_NODES = 512
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """The sequential strategy walked over recorded trials."""
+
+    decision: Decision  # done (the answer), or the batch it asks for that is not recorded yet
+    path: tuple[int, ...]  # indices (into the recorded trials) it used, in the order it asked
+    history: tuple[Trial, ...]  # those trials, in that order: what one GPU would have seen
+
+    def on_path(self, n: int) -> list[bool]:
+        """Per recorded trial (n of them): did the answer use it?"""
+        used = set(self.path)
+        return [i in used for i in range(n)]
+
+
+def replay(decide: Decide, trials: Sequence[Trial], cfg: SearchConfig) -> Replayed:
+    """Ask the strategy, hand it the earliest unused recorded trial of the batch it asks for,
+    repeat. A batch's attempts are used in the order they were recorded, so a retry after a
+    timeout gets the batch's next recorded attempt."""
+    unused: dict[int, deque[int]] = {}
+    for i, t in enumerate(trials):
+        unused.setdefault(t[0], deque()).append(i)
+    path: list[int] = []
+    history: list[Trial] = []
+    while True:
+        d = decide(history, cfg)
+        if d.done or not unused.get(d.batch):
+            return Replayed(d, tuple(path), tuple(history))
+        i = unused[d.batch].popleft()
+        path.append(i)
+        history.append(trials[i])
+
+
+def guess_peak(history: Sequence[Trial], batch: int, cfg: SearchConfig) -> float | None:
+    """A passing batch's device-delta peak as the line through the two nearest recorded passes
+    (with peaks; the calibration anchor counts) predicts it, or None without two of them."""
+    pts: dict[int, float] = {}
+    if cfg.anchor is not None:
+        pts[int(cfg.anchor[0])] = float(cfg.anchor[1])
+    for t in history:
+        if t[1] is Status.OK and len(t) > 2 and t[2] is not None:
+            pts[t[0]] = float(t[2])
+    near = sorted(pts, key=lambda b: (abs(b - batch), b))[:2]
+    if len(near) < 2:
+        return None
+    (b0, b1) = sorted(near)
+    p0, p1 = pts[b0], pts[b1]
+    return p0 + (p1 - p0) * (batch - b0) / (b1 - b0)
+
+
+def hypotheses(history: Sequence[Trial], batch: int, cfg: SearchConfig) -> tuple[Trial, Trial]:
+    """The two outcomes a pending candidate is assumed to have: pass, then memory failure."""
+    return (batch, Status.OK, guess_peak(history, batch, cfg)), (batch, Status.OOM, None)
+
+
+def candidates(decide: Decide, trials: Sequence[Trial], cfg: SearchConfig, k: int,
+               pending: Iterable[int] = ()) -> list[int]:
+    """Up to k batches to start now, best first, given the recorded trials and the batches
+    already running (`pending`, one entry per running candidate).
+
+    The first is the batch the sequential strategy asks for (unless it is already running);
+    the rest are the batches it would ask for next under each outcome of the pending and
+    chosen ones, breadth first. A batch is never chosen twice nor while it runs: its one
+    outcome serves every branch that asks for it. Empty when the search is done or every
+    branch waits on a running candidate within the node limit."""
+    if k <= 0:
+        return []
+    root = replay(decide, trials, cfg)
+    if root.decision.done:
+        return []
+    used = set(root.path)
+    leftover: dict[int, list[Trial]] = {}  # recorded trials off the path: real outcomes, not hypotheses
+    for i, t in enumerate(trials):
+        if i not in used:
+            leftover.setdefault(t[0], []).append(t)
+    running = set(pending)
+    chosen: list[int] = []
+    # A node: the history one hypothetical future would hand the strategy, how many leftover
+    # trials of each batch it has used, and the batches it has hypothesised.
+    queue: deque[tuple[tuple[Trial, ...], dict[int, int], frozenset[int]]] = deque(
+        [(root.history, {}, frozenset())])
+    seen = 0
+    while queue and len(chosen) < k and seen < MAX_NODES:
+        hist, taken, assumed = queue.popleft()
+        seen += 1
+        while True:
+            d = decide(hist, cfg)
+            if d.done:
+                break
+            b = d.batch
+            n = taken.get(b, 0)
+            if n < len(leftover.get(b, ())):  # measured already (speculatively): follow it
+                hist = hist + (leftover[b][n],)
+                taken = {**taken, b: n + 1}
+                continue
+            if b in assumed:  # asks again for a batch this branch assumed: a retry, not hypothesised
+                break
+            if b not in running and b not in chosen:
+                chosen.append(b)
+                if len(chosen) >= k:
+                    break
+            for h in hypotheses(hist, b, cfg):
+                queue.append((hist + (h,), taken, assumed | {b}))
+            break
+    return chosen
+
+
+@dataclass(frozen=True)
+class Simulated:
+    decision: Decision
+    trials: tuple[Trial, ...]  # every candidate run, in the order recorded (rounds in order)
+    path: tuple[int, ...]
+    rounds: int  # rounds of up to k candidates at once: wall time ~ rounds × one candidate
+
+
+def simulate(oracle: Callable[[int], Any], cfg: SearchConfig, strategy: str = "protocol",
+             k: int = 2) -> Simulated:
+    """Run a search with k GPUs in lock-step rounds against `oracle(batch) -> Status | (Status,
+    peak)` (tests, replays of recorded runs): each round starts `candidates(k)` and records them."""
+    decide = STRATEGIES[strategy]
+    trials: list[Trial] = []
+    rounds = 0
+    while True:
+        r = replay(decide, trials, cfg)
+        if r.decision.done:
+            return Simulated(r.decision, tuple(trials), r.path, rounds)
+        batch = candidates(decide, trials, cfg, k)
+        if not batch:  # pragma: no cover - the sequential next batch is always a candidate
+            raise RuntimeError("no candidate while the search is not done")
+        rounds += 1
+        for b in batch:
+            answer = oracle(b)
+            trials.append((b, *answer) if isinstance(answer, tuple) else (b, answer))
