@@ -52,6 +52,10 @@ def maxbatch(
                                           "cluster (needs the ray extra); one artifact here."),
     gpu_model: Optional[str] = typer.Option(None, help="With --cluster: only nodes offering the custom resource "
                                             "kitctl-gpu-model:<NAME>, e.g. H200."),
+    speculate: bool = typer.Option(True, "--speculate/--no-speculate",
+                                   help="With --gpus or --cluster: a GPU left without a cell of its own runs "
+                                   "further candidates of a running cell (the ones its search would ask for "
+                                   "next under each outcome); the answer is the one-GPU search's either way."),
 ) -> None:
     """Largest training batch that completes one ResNet-50 step, per engine and precision."""
     console = Console(highlight=False)
@@ -61,7 +65,7 @@ def maxbatch(
                                                        start_batch, max_batch, timeout, runtime.value, dataset.value,
                                                        data_dir, cudnn_benchmark, memory_limit, calibration_batch,
                                                        strategy, gpu, gpu_request.value, gpus, cluster,
-                                                       gpu_model),
+                                                       gpu_model, speculate),
                      gpu_request=gpu_request.value)
     cfg: MaxbatchConfig = s.config
     plan = RunPlan(engines=s.engines, precisions=list(cfg.run.precisions),
@@ -84,7 +88,8 @@ def maxbatch(
             err.print(f"kitctl: {exc}")
             raise typer.Exit(EXIT_USAGE)
         plan = replace(plan, budget=lanes[0].budget, watcher_factory=lanes[0].watcher_factory)
-    runner = Runner(plan, s.rt, s.store, s.doc, launch.make_view(console, s), lanes=lanes)
+    runner = Runner(plan, s.rt, s.store, s.doc, launch.make_view(console, s), lanes=lanes,
+                    speculate=cfg.speculate)
     try:
         doc, final = launch.execute(runner, s.store)
     finally:

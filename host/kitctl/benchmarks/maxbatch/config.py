@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 from ...core.search import STRATEGIES, SearchConfig
 from ...errors import Fail
-from ...runconfig import COMMON_KEYS, INT, STR, RunConfig, check_counts, check_min_batch, engine_names
+from ...runconfig import BOOL, COMMON_KEYS, INT, STR, RunConfig, check_counts, check_min_batch, engine_names
 
 DEFAULT_MAX_BATCH = 1 << 20
 
@@ -35,12 +35,16 @@ class MaxbatchConfig:
     gpus: str | None = None  # --gpus "0,1" | "all" | UUIDs: one lane per GPU (None: one GPU)
     cluster: str | None = None  # --cluster ray://HOST:PORT | auto: cells placed by Ray
     gpu_model: str | None = None  # --gpu-model: only nodes offering that custom resource
+    # --speculate: lanes left without a cell of their own run further candidates of a running
+    # cell (core/speculate.py); the answer is the sequential search's either way.
+    speculate: bool = True
 
     OWN_KEYS: ClassVar[dict[str, tuple[type, ...]]] = {"start_batch": INT, "max_batch": INT,
                                                         "calibration_batch": INT, "strategy": STR,
                                                         "gpus": STR + (type(None),),
                                                         "cluster": STR + (type(None),),
-                                                        "gpu_model": STR + (type(None),)}
+                                                        "gpu_model": STR + (type(None),),
+                                                        "speculate": BOOL}
     # The recorded settings a resume must find exactly as a run with them would write them.
     SETTINGS: ClassVar[tuple[str, ...]] = (*COMMON_KEYS, *OWN_KEYS, "seed", "ci_level")
 
@@ -50,7 +54,7 @@ class MaxbatchConfig:
                    data_dir: str | None, cudnn_benchmark: bool, memory_limit: int | None,
                    calibration_batch: int, strategy: str, gpu: str | None,
                    gpu_request: str | None = None, gpus: str | None = None, cluster: str | None = None,
-                   gpu_model: str | None = None) -> MaxbatchConfig:
+                   gpu_model: str | None = None, speculate: bool = True) -> MaxbatchConfig:
         names = engine_names(engines)
         if cluster is not None:
             from ...cluster import check_form
@@ -83,23 +87,25 @@ class MaxbatchConfig:
                      ("--calibration-batch", calibration_batch))
         run = RunConfig.from_flags(names, precision, device, gpu, vram_limit, reserve, timeout, runtime, dataset,
                                    data_dir, cudnn_benchmark, memory_limit, gpu_request)
-        return cls(run, start_batch, max_batch, calibration_batch, strategy, gpus, cluster, gpu_model)
+        return cls(run, start_batch, max_batch, calibration_batch, strategy, gpus, cluster, gpu_model, speculate)
 
     @classmethod
     def from_json(cls, recorded: dict[str, Any]) -> MaxbatchConfig:
         """The configuration a run with a partial's settings would have; Fail where no run could."""
         # Partials from before --gpus/--cluster ran on one GPU.
-        recorded = {"gpus": None, "cluster": None, "gpu_model": None, **recorded}
+        # Partials from before --speculate: the default (their trials are all on the path).
+        recorded = {"gpus": None, "cluster": None, "gpu_model": None, "speculate": True, **recorded}
         flags = RunConfig.flags_of_json(recorded, cls.OWN_KEYS)
         return cls.from_flags(start_batch=recorded["start_batch"], max_batch=recorded["max_batch"],
                               calibration_batch=recorded["calibration_batch"], strategy=recorded["strategy"],
                               gpus=recorded["gpus"], cluster=recorded["cluster"], gpu_model=recorded["gpu_model"],
+                              speculate=recorded["speculate"],
                               **flags)
 
     def to_json(self) -> dict[str, Any]:
         return {**self.run.json_head(), "start_batch": self.start_batch, "max_batch": self.max_batch,
                 "calibration_batch": self.calibration_batch, "strategy": self.strategy, "gpus": self.gpus,
-                "cluster": self.cluster, "gpu_model": self.gpu_model,
+                "cluster": self.cluster, "gpu_model": self.gpu_model, "speculate": self.speculate,
                 "steps": "one warm-up step, one measured step", **self.run.json_tail()}
 
     def with_run(self, run: RunConfig) -> MaxbatchConfig:

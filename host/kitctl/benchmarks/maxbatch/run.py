@@ -17,7 +17,8 @@ from ...core.engines import Engine
 from ...core.outcome import SearchStatus, TrialOutcome
 from ...core.protocol import TrialRequest
 from ...core.watch import Watcher
-from ...core.search import STRATEGIES, SearchConfig
+from ...core.search import STRATEGIES, Decision, SearchConfig
+from ...core.speculate import candidates, replay
 from ...core.signals import Interrupted  # noqa: F401  (re-exported: SIGINT/SIGTERM/SIGHUP during a run)
 from ...runner import UnitRunner, find_cell
 from ...runtimes.base import Runtime
@@ -37,19 +38,23 @@ class RunPlan:
 
 
 def replay_problem(trials: Sequence[dict[str, Any]], search: SearchConfig, strategy: str) -> str | None:
-    """Why these recorded candidates are not the ones the search would have run, or None.
+    """Why these recorded candidates are not ones the search could have left, or None.
 
-    Replays the strategy over them: the i-th candidate must be the batch it asks for after the
-    first i − 1, and none may follow its decision to stop."""
-    decide = STRATEGIES[strategy]
-    history: list[tuple] = []
-    for i, t in enumerate(trials, 1):
-        d = decide(history, search)
-        if d.done:
+    Replays the strategy over them (core/speculate.py: it is handed a recorded candidate of each
+    batch it asks for): the candidates it uses must be the ones recorded as on its path
+    (`on_path`, true when absent: runs before speculation ran every candidate on the path), and
+    the others are speculative candidates, measured but outside the answer."""
+    entries = [trial_entry(t) for t in trials]
+    r = replay(STRATEGIES[strategy], entries, search)
+    for i, (t, used) in enumerate(zip(trials, r.on_path(len(entries))), 1):
+        marked = t.get("on_path", True)
+        if used == marked:
+            continue
+        if used:
+            return f"candidate {i} (batch {t['batch']}) is marked speculative, but the search's path uses it"
+        if r.decision.done:
             return f"candidate {i} (batch {t['batch']}) comes after the search had ended"
-        if d.batch != t["batch"]:
-            return f"candidate {i} ran batch {t['batch']} where the search asks for batch {d.batch}"
-        history.append(trial_entry(t))
+        return f"candidate {i} ran batch {t['batch']} where the search asks for batch {r.decision.batch}"
     return None
 
 
@@ -99,6 +104,20 @@ class _Stopped(Exception):
 
 
 @dataclass
+class _Search:
+    """A cell being searched, shared by the lanes running its candidates: the lane that calibrated
+    it owns it (decides when it is done); other lanes with the same budget may join it."""
+
+    engine: Engine
+    precision: str
+    cell: dict[str, Any]
+    lane: Lane
+    fw_budget: int | None
+    search: SearchConfig
+    running: list[int] = field(default_factory=list)  # batches of its candidates running now
+
+
+@dataclass
 class Runner(UnitRunner):
     """Max batch's cell: calibrate (GPU), then search, one fresh candidate at a time per lane."""
 
@@ -108,6 +127,17 @@ class Runner(UnitRunner):
     # save never serializes a cell another lane is changing.
     _lock: Any = field(default_factory=threading.RLock)
     _stop: threading.Event = field(default_factory=threading.Event)
+    # Lanes left without a cell of their own run further candidates of a running cell
+    # (core/speculate.py): the answer is the sequential search's, replayed over the trials.
+    speculate: bool = True
+    _active: list[_Search] = field(default_factory=list)
+    _cond: Any = None  # a Condition on _lock: a candidate ended, a cell started or ended
+
+    def _condition(self) -> threading.Condition:
+        with self._lock:
+            if self._cond is None:
+                self._cond = threading.Condition(self._lock)
+            return self._cond
 
     def save(self) -> None:
         with self._lock:
@@ -142,21 +172,37 @@ class Runner(UnitRunner):
         lane (their running candidates are killed and not recorded) before re-raising."""
         todo = list(cells)
         errors: list[BaseException] = []
+        cond = self._condition()
 
         def work(lane: Lane) -> None:
+            # A free lane takes the next cell; with none left it joins a running cell (speculation),
+            # and it ends when no cell is left running.
             while not self._stop.is_set():
-                with self._lock:
-                    if not todo:
-                        return
-                    engine, precision = todo.pop(0)
+                job = None
+                with cond:
+                    if todo:
+                        engine, precision = todo.pop(0)
+                    else:
+                        job = self._joinable(lane)
+                        if job is None:
+                            if not self._active:
+                                return
+                            cond.wait(0.2)
+                            continue
                 try:
-                    self._run_cell(engine, precision, lane)
+                    if job is None:
+                        self._run_cell(engine, precision, lane)
+                    elif not self._search_steps(job, lane, owner=False):
+                        with cond:
+                            cond.wait(0.2)  # nothing to speculate on now: wait for a candidate to end
                 except _Stopped:
                     return
                 except BaseException as exc:  # re-raised in the main thread
                     with self._lock:
                         errors.append(exc)
                     self._stop.set()
+                    with cond:
+                        cond.notify_all()
                     return
 
         threads = [threading.Thread(target=work, args=(lane,), name=f"lane-{i}", daemon=True)
@@ -256,35 +302,89 @@ class Runner(UnitRunner):
             self._finish(cell, SearchStatus.INVALID, None, None, f"calibration: {exc}")
             self.view.note(f"{engine.name} {precision}: {cell['reason']}")
             return
-        decide = STRATEGIES[self.plan.strategy]
         if lane.budget is not None and cell.get("search_target_mib") is None:
             with self._lock:
                 cell["search_target_mib"] = lane.budget.budget_mib
-        search = cell_search(self.plan.search, cell)
-        history = [trial_entry(t) for t in cell["trials"]]
-        while True:
-            d = decide(history, search)
-            if d.done:
-                self._finish(cell, d.status, d.max_batch, d.next_batch, d.reason)
-                return
-            req = self._request(engine, precision, d.batch, fw_budget)
-            attempt = 1 + sum(1 for t in history if t[0] == d.batch)
-            what = "retry" if attempt > 1 else "search"
-            self.view.candidate_started(engine.name, precision, d.batch, what)
-            out = self._candidate(lane, req)
-            out.attempt = attempt
-            self.view.candidate_done(engine.name, precision, out, what)
-            with self._lock:
-                self._record_versions(engine, out)
-                cell["trials"].append(self._trial_json(lane, out))
-                self.save()
-            history.append((out.batch, out.status, out.peaks.device_delta_mib))
+        job = _Search(engine, precision, cell, lane, fw_budget, cell_search(self.plan.search, cell))
+        cond = self._condition()
+        with cond:
+            self._active.append(job)
+            cond.notify_all()
+        try:
+            self._search_steps(job, lane, owner=True)
+        finally:
+            with cond:
+                self._active.remove(job)
+                cond.notify_all()
 
-    def _finish(self, cell: dict[str, Any], status: SearchStatus, max_batch: int | None,
-                next_batch: int | None, reason: str) -> None:
+    def _joinable(self, lane: Lane) -> _Search | None:
+        """A running cell this lane may run candidates of (under the lock): only with the same
+        budget as the lane that calibrated it, so the cell's calibration (framework budget) holds
+        here too (--gpus refuses mixed GPU models; a cluster's lanes may differ)."""
+        if not self.speculate:
+            return None
+        fits = [j for j in self._active if j.lane is not lane and j.lane.budget == lane.budget]
+        return min(fits, key=lambda j: len(j.running), default=None)
+
+    def _search_steps(self, job: _Search, lane: Lane, owner: bool) -> bool:
+        """Run candidates of the cell on this lane. The owner runs until the search is done (and
+        no candidate of it still runs), then records the answer and returns True; a joining lane
+        runs at most one candidate and returns whether it ran one."""
+        decide = STRATEGIES[self.plan.strategy]
+        cond = self._condition()
+        engine, precision, cell = job.engine, job.precision, job.cell
+        while True:
+            with cond:
+                if self._stop.is_set():
+                    raise _Stopped()
+                trials = [trial_entry(t) for t in cell["trials"]]
+                r = replay(decide, trials, job.search)
+                pick = [] if r.decision.done else candidates(decide, trials, job.search, 1, job.running)
+                if not pick:
+                    if not owner:
+                        return False
+                    if r.decision.done and not job.running:
+                        self._finish(cell, r.decision)
+                        return True
+                    cond.wait(0.2)  # the next batch runs on another lane: wait for it
+                    continue
+                batch = pick[0]
+                attempt = 1 + sum(1 for t in trials if t[0] == batch) + job.running.count(batch)
+                what = "retry" if attempt > 1 else "search" if batch == r.decision.batch else "speculative"
+                job.running.append(batch)
+            try:
+                req = self._request(engine, precision, batch, job.fw_budget)
+                self.view.candidate_started(engine.name, precision, batch, what)
+                out = self._candidate(lane, req)
+                out.attempt = attempt
+                self.view.candidate_done(engine.name, precision, out, what)
+                with cond:
+                    self._record_versions(engine, out)
+                    cell["trials"].append(self._trial_json(lane, out))
+                    self._mark_path(job)
+                    self.save()
+            finally:
+                with cond:
+                    job.running.remove(batch)
+                    cond.notify_all()
+            if not owner:
+                return True
+
+    def _mark_path(self, job: _Search) -> None:
+        """Record on each trial whether the sequential search's path uses it (under the lock)."""
+        trials = job.cell["trials"]
+        r = replay(STRATEGIES[self.plan.strategy], [trial_entry(t) for t in trials], job.search)
+        for t, used in zip(trials, r.on_path(len(trials))):
+            t["on_path"] = used
+
+    def _finish(self, cell: dict[str, Any], status: SearchStatus | Decision, max_batch: int | None = None,
+                next_batch: int | None = None, reason: str = "") -> None:
+        if isinstance(status, Decision):
+            status, max_batch, next_batch, reason = status.status, status.max_batch, status.next_batch, status.reason
         with self._lock:
             cell.update(state="done", search_status=status.value, max_batch=max_batch,
                         next_batch=next_batch, reason=reason)
-            at_max = [t for t in cell["trials"] if t["batch"] == max_batch and t["status"] == "ok"]
+            at_max = [t for t in cell["trials"]
+                      if t["batch"] == max_batch and t["status"] == "ok" and t.get("on_path", True)]
             cell["peaks_at_max"] = at_max[-1]["peaks"] if at_max else None
             self.save()
