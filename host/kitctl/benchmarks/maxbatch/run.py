@@ -173,25 +173,32 @@ class Runner(UnitRunner):
         todo = list(cells)
         errors: list[BaseException] = []
         cond = self._condition()
+        started = [0]  # cells taken by a lane and not yet ended (calibrating or searching)
 
         def work(lane: Lane) -> None:
             # A free lane takes the next cell; with none left it joins a running cell (speculation),
-            # and it ends when no cell is left running.
+            # and it ends when no cell is left to run or running.
             while not self._stop.is_set():
                 job = None
                 with cond:
                     if todo:
                         engine, precision = todo.pop(0)
+                        started[0] += 1
                     else:
                         job = self._joinable(lane)
                         if job is None:
-                            if not self._active:
+                            if not started[0] or not self.speculate:
                                 return
                             cond.wait(0.2)
                             continue
                 try:
                     if job is None:
-                        self._run_cell(engine, precision, lane)
+                        try:
+                            self._run_cell(engine, precision, lane)
+                        finally:
+                            with cond:
+                                started[0] -= 1
+                                cond.notify_all()
                     elif not self._search_steps(job, lane, owner=False):
                         with cond:
                             cond.wait(0.2)  # nothing to speculate on now: wait for a candidate to end
