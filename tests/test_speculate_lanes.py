@@ -24,6 +24,7 @@ import pytest
 from test_gpus import FAKE_MAIN, TESTS, UUIDS, _setup, answers
 from test_runner import NullWatcher
 
+from kitctl.benchmarks.maxbatch.config import MaxbatchConfig
 from kitctl.benchmarks.maxbatch.run import Lane, Runner, RunPlan, cell_search, trial_entry
 from kitctl.core.search import STRATEGIES
 from kitctl.core.speculate import replay
@@ -244,7 +245,7 @@ def test_cli_one_cell_on_three_gpus_real_cpu_trials_interrupted_and_resumed(tmp_
     assert answers(final) == answers(ref)
     assert final["configuration"]["speculate"] is True
     [c], [c1] = final["results"], ref["results"]
-    assert on_path_batches(c, config("protocol")) == [t["batch"] for t in c1["trials"]]
+    assert on_path_batches(c, MaxbatchConfig.from_json(final["configuration"])) == [t["batch"] for t in c1["trials"]]
     assert all(t["gpu"]["uuid"] in UUIDS3 and t["status"] == "ok" for t in c["trials"])
     assert len({t["gpu"]["uuid"] for t in c["trials"]}) >= 2  # the cell's candidates ran on several GPUs
     assert all(t["result"]["versions"] for t in c["trials"])
