@@ -53,7 +53,7 @@ def maxbatch(
     gpu_model: Optional[str] = typer.Option(None, help="With --cluster: only nodes offering the custom resource "
                                             "kitctl-gpu-model:<NAME>, e.g. H200."),
     speculate: bool = typer.Option(True, "--speculate/--no-speculate",
-                                   help="With --gpus or --cluster: a GPU left without a cell of its own runs "
+                                   help="With --gpus: a GPU left without a cell of its own runs "
                                    "further candidates of a running cell (the ones its search would ask for "
                                    "next under each outcome); the answer is the one-GPU search's either way."),
 ) -> None:
@@ -89,7 +89,7 @@ def maxbatch(
             raise typer.Exit(EXIT_USAGE)
         plan = replace(plan, budget=lanes[0].budget, watcher_factory=lanes[0].watcher_factory)
     runner = Runner(plan, s.rt, s.store, s.doc, launch.make_view(console, s), lanes=lanes,
-                    speculate=cfg.speculate)
+                    speculate=cfg.speculate and not cfg.cluster)  # Ray lanes: one cell per node, as before
     try:
         doc, final = launch.execute(runner, s.store)
     finally:
