@@ -249,3 +249,20 @@ def test_cli_one_cell_on_three_gpus_real_cpu_trials_interrupted_and_resumed(tmp_
     assert all(t["gpu"]["uuid"] in UUIDS3 and t["status"] == "ok" for t in c["trials"])
     assert len({t["gpu"]["uuid"] for t in c["trials"]}) >= 2  # the cell's candidates ran on several GPUs
     assert all(t["result"]["versions"] for t in c["trials"])
+
+
+def test_the_report_counts_speculative_candidates_and_brackets_with_the_path(tmp_path):
+    from types import SimpleNamespace
+
+    from kitctl.benchmarks.maxbatch.report import meta_count, progress
+
+    cfg = config("protocol")
+    doc = runner(tmp_path, cfg, [Scripted(PASSES["holes"]) for _ in range(3)]).run()
+    [c] = doc["results"]
+    off = sum(1 for t in c["trials"] if not t["on_path"])
+    text = meta_count(SimpleNamespace(doc=doc))
+    assert text.startswith(f"{len(c['trials'])} candidates")
+    assert (f"({off} speculative, off the search's path)" in text) == (off > 0)
+    # A speculative pass above the path's smallest failure is not the search's bracket.
+    c["trials"].append({**c["trials"][-1], "batch": 10**6, "status": "ok", "on_path": False})
+    assert "1,000,000" not in progress(SimpleNamespace(doc=doc), c)

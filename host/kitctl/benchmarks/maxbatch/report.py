@@ -69,7 +69,10 @@ def meta_count(src: Source) -> str:
     d = src.doc
     cands = sum(len(c.get("trials", [])) for c in d["results"])
     calib = sum(1 for c in d["results"] if c.get("calibration"))
-    return f"{cands} candidates" + (f" + {calib} calibration" if calib else "")
+    # Speculative candidates (--gpus, more GPUs than cells) were measured but the answer does not use them.
+    off = sum(1 for c in d["results"] for t in c.get("trials", []) if t.get("on_path") is False)
+    return (f"{cands} candidates" + (f" ({off} speculative, off the search's path)" if off else "")
+            + (f" + {calib} calibration" if calib else ""))
 
 
 def measured_steps(src: Source) -> list[list[str]]:
@@ -158,8 +161,9 @@ def headline(src: Source) -> str:
 def progress(src: Source, cell: dict[str, Any]) -> str:
     """An unfinished search: its candidates so far and the bracket they make."""
     trials = cell.get("trials", [])
-    ok = [t["batch"] for t in trials if t["status"] == "ok"]
-    mem = [t["batch"] for t in trials if t["status"] in MEMORY_FAILURES]
+    path = [t for t in trials if t.get("on_path", True)]  # the bracket is the search's own
+    ok = [t["batch"] for t in path if t["status"] == "ok"]
+    mem = [t["batch"] for t in path if t["status"] in MEMORY_FAILURES]
     bits = [f"{len(trials)} candidates so far"]
     if ok:
         bits.append(f"largest pass {max(ok):,}")
