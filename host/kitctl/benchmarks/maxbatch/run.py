@@ -351,6 +351,7 @@ class Runner(UnitRunner):
                     if not owner:
                         return False
                     if r.decision.done and not job.running:
+                        self._mark_path(job)  # a resumed cell may end without a new candidate
                         self._finish(cell, r.decision)
                         return True
                     cond.wait(0.2)  # the next batch runs on another lane: wait for it
