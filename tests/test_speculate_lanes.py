@@ -265,3 +265,18 @@ def test_the_report_counts_speculative_candidates_and_brackets_with_the_path(tmp
     # A speculative pass above the path's smallest failure is not the search's bracket.
     c["trials"].append({**c["trials"][-1], "batch": 10**6, "status": "ok", "on_path": False})
     assert "1,000,000" not in progress(SimpleNamespace(doc=doc), c)
+
+
+def test_two_cells_on_three_gpus_the_free_gpu_helps_both_answers_stay(tmp_path):
+    """More GPUs than cells: each cell starts on its own GPU and the third one joins a running
+    cell; both answers and paths equal the one-GPU run's."""
+    cfg = _setup(None, "protocol", engines=EAGER, start=8, maxb=400)  # fp32 and bf16
+    one = runner(tmp_path / "one", cfg, [Scripted(PASSES["holes"])]).run()
+    rts = [Scripted(PASSES["holes"]) for _ in range(3)]
+    many = runner(tmp_path / "three", cfg, rts).run()
+    assert answers(many) == answers(one) and len(answers(one)) == 2
+    by = {c["precision"]: c for c in one["results"]}
+    for c in many["results"]:
+        assert on_path_batches(c, cfg) == [t["batch"] for t in by[c["precision"]]["trials"]]
+    assert {c["calibration"]["gpu"]["uuid"] for c in many["results"]} != {None}
+    assert all(rt.batches for rt in rts)  # the third GPU ran candidates though it had no cell of its own
