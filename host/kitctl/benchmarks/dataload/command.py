@@ -42,6 +42,4 @@ def dataload(
         lambda: DataloadConfig.from_flags(corpus, data_dir, loaders, workers, source, encoding, side, runs, epochs,
                                           batch, limit, timeout, python, runtime, image_tag),
         DataloadConfig.from_json,
-        lambda cfg: ({"name": "docker", "images": {ld: cfg.image(ld) for ld in cfg.loaders}}
-                     if cfg.runtime == "docker" else {"name": "local", "interpreter": cfg.python}),
-        runner.run, print_table, all_ok)
+        DataloadConfig.runtime_record, runner.run, print_table, all_ok)
