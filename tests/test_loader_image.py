@@ -301,7 +301,8 @@ def test_ffcv_datasets_and_training_through_docker(client, loader_image, ffcv_im
     assert p.returncode == 0, p.stderr + p.stdout
     doc = _final(res, "train-e2e")
     ffcv = "kitctl/loader-ffcv:ci"
-    assert doc["runtime"]["images"] == {"synthetic": IMAGE, "ffcv": ffcv} and doc["runtime"]["writers"] == {"ffcv": ffcv}
+    assert doc["runtime"]["images"] == {"synthetic": IMAGE, "ffcv": ffcv}
+    assert doc["runtime"]["writers"] == {"ffcv": ffcv}
     [written] = doc["datasets"]
     assert written["status"] == "ok" and written["versions"]["ffcv"] == "1.0.2"
     assert written["versions"]["webdataset"] is None  # loader-ffcv has no webdataset: not the host's interpreter

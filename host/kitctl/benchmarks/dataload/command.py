@@ -28,7 +28,8 @@ def dataload(
     python: Optional[str] = O_PYTHON,
     runtime: str = typer.Option("local", help="local: a fresh process per run; docker: a fresh container of the "
                                 "loader's image (kitctl/loader-torch:<tag>: pytorch-dataloader, webdataset; "
-                                "kitctl/loader-ffcv:<tag>: ffcv; kitctl/loader-dali:<tag>: dali-cpu)."),
+                                "kitctl/loader-ffcv:<tag>: ffcv; kitctl/loader-dali:<tag>: dali-cpu); datasets "
+                                "written in the writer's image (folder, webdataset: loader-torch; ffcv: loader-ffcv)."),
     image_tag: str = typer.Option("ci", help="--runtime docker: the loader images' tag."),
     results_dir: Path = O_RESULTS_DIR,
     resume: Optional[Path] = O_RESUME,
