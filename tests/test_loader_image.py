@@ -272,7 +272,8 @@ def test_train_e2e_docker_sigterm_keeps_the_partial_and_no_container(client, loa
         seen = []
         while time.monotonic() < deadline and proc.poll() is None:
             seen = [c for c in client.containers.list(filters=mine) if c.labels.get("kit.benchmark") == "train-e2e"]
-            if any(" train " in c.attrs.get("Command", "") for c in seen):
+            # Args: trial.py's path, then its subcommand: `train`, not the dataset's writer (`datasize`)
+            if any((c.attrs.get("Args") or ["", ""])[1:2] == ["train"] for c in seen):
                 break
             time.sleep(0.5)
         assert seen and proc.poll() is None, "no training container seen"
@@ -288,7 +289,9 @@ def test_train_e2e_docker_sigterm_keeps_the_partial_and_no_container(client, loa
     assert not client.containers.list(all=True, filters=mine)
     [partial] = res.glob("train-e2e-*.partial.json")
     doc = json.loads(partial.read_text())
-    assert doc["state"] == "interrupted" and doc["runtime"]["name"] == "docker"
+    assert doc["state"] == "interrupted" and doc["interrupted_by"] == "SIGTERM" and doc["runtime"]["name"] == "docker"
+    assert doc["datasets"][0]["status"] == "ok"  # kept: a --resume reuses it
+    assert not any(c["runs"] for c in doc["results"])  # the 500-step run was cut, not recorded as a result
 
 
 def test_ffcv_datasets_and_training_through_docker(client, loader_image, ffcv_image, small_corpus, tmp_path):
