@@ -230,6 +230,11 @@ def test_kitctl_train_e2e_through_docker(client, loader_image, small_corpus, tmp
         assert r["images"] == 8 and r["train_images_per_second"] > 0 and r["parameters"] == 11_689_512
     assert doc["results"][1]["runs"][0]["resident_before"] >= 0.98  # the mounted dataset, page cache warm
     assert not _left(client, doc)
+    [final] = [f for f in res.glob("train-e2e-*.json") if not f.name.endswith(".partial.json")]
+    p = _kitctl("report", final, "--out", tmp_path / "report.md")
+    assert p.returncode == 0, p.stderr
+    assert f"`{IMAGE}` ({client.images.get(IMAGE).id[:19]}): synthetic, pytorch-dataloader, folder" in \
+        (tmp_path / "report.md").read_text()
     # a later local dataload reuses the dataset the container wrote (host-owned, dataset.json read)
     p = _kitctl("run", "dataload", "--corpus", small_corpus, "--data-dir", ds, "--loaders", "pytorch-dataloader",
                 "--side", 64, "--workers", 1, "--runs", 1, "--epochs", 1, "--batch", 4, "--results-dir", res)
