@@ -116,7 +116,8 @@ def test_kitctl_dataload_through_docker(client, loader_image, tmp_path):
     assert p.returncode == 0, p.stderr + p.stdout
     [final] = [f for f in res.glob("dataload-*.json") if not f.name.endswith(".partial.json")]
     doc = load(final)
-    assert doc["runtime"] == {"name": "docker", "images": {"pytorch-dataloader": IMAGE}}
+    assert doc["runtime"]["name"] == "docker" and doc["runtime"]["images"] == {"pytorch-dataloader": IMAGE}
+    assert doc["runtime"]["image_ids"][IMAGE]["id"] == client.images.get(IMAGE).id
     [cell] = doc["results"]
     assert cell["status"] == "ok" and len(cell["runs"]) == 2
     assert all(r["versions"]["torch"] == "2.13.0+cpu" and r["epochs"][0]["resident_before"] <= 0.05
@@ -127,7 +128,7 @@ def test_kitctl_dataload_through_docker(client, loader_image, tmp_path):
     assert p.returncode == 2 and "no image for pytorch-nvjpeg" in p.stderr
 
 
-def test_kitctl_dataload_dali_through_docker(client, dali_image, tmp_path):
+def test_kitctl_dataload_dali_through_docker(client, dali_image, loader_image, tmp_path):
     """dali-cpu (device_id=None) in its own image through `kitctl run dataload --runtime docker`: RAM and cold, real
     JPEG decodes by nvImageCodec's CPU path, one fresh container per run, none left."""
     import subprocess
@@ -148,7 +149,8 @@ def test_kitctl_dataload_dali_through_docker(client, dali_image, tmp_path):
     assert p.returncode == 0, p.stderr + p.stdout
     [final] = [f for f in res.glob("dataload-*.json") if not f.name.endswith(".partial.json")]
     doc = load(final)
-    assert doc["runtime"] == {"name": "docker", "images": {"dali-cpu": "kitctl/loader-dali:ci"}}
+    assert doc["runtime"]["images"] == {"dali-cpu": "kitctl/loader-dali:ci"}
+    assert doc["runtime"]["writers"] == {"folder": IMAGE}  # the JPEG folder written in loader-torch
     cells = {c["source"]: c for c in doc["results"]}
     assert sorted(cells) == ["cold", "ram"]
     for source, cell in cells.items():
@@ -164,3 +166,167 @@ def test_kitctl_dataload_dali_through_docker(client, dali_image, tmp_path):
     p = subprocess.run([*entry, "run", "dataload", "--corpus", str(corpus_dir), "--loaders", "dali-gpu",
                         "--runtime", "docker", "--results-dir", str(res)], capture_output=True, text=True, env=env)
     assert p.returncode == 2 and "no image for dali-gpu" in p.stderr
+
+
+# -- train-e2e and the datasets through Docker (the host needs no ffcv or webdataset) -------------------------------
+E2E = ("--model", "resnet18", "--workers", "1", "--side", "64", "--batch", "4", "--warmup", "1", "--runs", "1")
+
+
+def _kitctl(*args, timeout=900):
+    """This checkout's kitctl in a fresh process, whatever the installed entry point points at."""
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "host"), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-c", "from kitctl.cli import main; main()", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@pytest.fixture(scope="module")
+def small_corpus(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("e2e-docker") / "corpus"
+    p = _kitctl("data", "make", "--out", out, "--images", 12, "--classes", 3, "--workers", 2)
+    assert p.returncode == 0, p.stderr
+    return out
+
+
+def _final(res: Path, benchmark: str) -> dict:
+    from kitctl.core.artifact import load
+
+    [final] = [f for f in res.glob(f"{benchmark}-*.json") if not f.name.endswith(".partial.json")]
+    return load(final)  # schema-checked
+
+
+def _left(client, doc: dict) -> list:
+    return client.containers.list(all=True, filters={"label": f"kit.run-id={doc['run_id']}"})
+
+
+def _host_owned(folder: Path) -> None:
+    """Everything a container wrote is the caller's (not the image's user 10001): a later local run or rm works."""
+    paths = [folder, *folder.rglob("*")]
+    assert len(paths) > 2 and all(p.stat().st_uid == os.getuid() and p.stat().st_gid == os.getgid() for p in paths)
+
+
+def test_kitctl_train_e2e_through_docker(client, loader_image, small_corpus, tmp_path):
+    """train-e2e --runtime docker: the folder dataset written inside loader-torch (as the caller), then synthetic and
+    pytorch-dataloader each in a fresh container of it training a real ResNet-18 on CPU; the artifact names the
+    image and its id; no container left."""
+    res, ds = tmp_path / "results", tmp_path / "datasets"
+    p = _kitctl("run", "train-e2e", "--corpus", small_corpus, "--data-dir", ds, "--loaders", "pytorch-dataloader",
+                *E2E, "--steps", 2, "--runtime", "docker", "--results-dir", res)
+    assert p.returncode == 0, p.stderr + p.stdout
+    doc = _final(res, "train-e2e")
+    rt = doc["runtime"]
+    assert rt["name"] == "docker" and rt["images"] == {"synthetic": IMAGE, "pytorch-dataloader": IMAGE}
+    assert rt["writers"] == {"folder": IMAGE} and rt["image_ids"][IMAGE]["id"] == client.images.get(IMAGE).id
+    [written] = doc["datasets"]
+    # written by the image's trial: its webdataset, no ffcv (this host's Python has ffcv: it did not write it)
+    assert written["status"] == "ok" and written["size"]["images"] == 12
+    assert written["versions"]["webdataset"] == "1.0.2" and written["versions"]["ffcv"] is None
+    _host_owned(Path(written["path"]))
+    assert [(c["loader"], c["status"]) for c in doc["results"]] == [("synthetic", "ok"), ("pytorch-dataloader", "ok")]
+    for c in doc["results"]:
+        [r] = c["runs"]
+        assert r["versions"]["torch"] == "2.13.0+cpu" and r["versions"]["ffcv"] is None and r["device"] == "cpu"
+        assert r["images"] == 8 and r["train_images_per_second"] > 0 and r["parameters"] == 11_689_512
+    assert doc["results"][1]["runs"][0]["resident_before"] >= 0.98  # the mounted dataset, page cache warm
+    assert not _left(client, doc)
+    [final] = [f for f in res.glob("train-e2e-*.json") if not f.name.endswith(".partial.json")]
+    p = _kitctl("report", final, "--out", tmp_path / "report.md")
+    assert p.returncode == 0, p.stderr
+    assert f"`{IMAGE}` ({client.images.get(IMAGE).id[:19]}): synthetic, pytorch-dataloader, folder" in \
+        (tmp_path / "report.md").read_text()
+    # a later local dataload reuses the dataset the container wrote (host-owned, dataset.json read)
+    p = _kitctl("run", "dataload", "--corpus", small_corpus, "--data-dir", ds, "--loaders", "pytorch-dataloader",
+                "--side", 64, "--workers", 1, "--runs", 1, "--epochs", 1, "--batch", 4, "--results-dir", res)
+    assert p.returncode == 0 and "dataset folder" not in p.stdout, p.stderr + p.stdout
+
+
+def test_train_e2e_docker_bad_input_is_one_line_exit_2(client, small_corpus, tmp_path):
+    """Refused before anything runs: no artifact, no container."""
+    for flags, says in ((["--loaders", "dali-cpu"], "dali-cpu: its image (loader-dali) has no torch"),
+                        (["--loaders", "pytorch-nvjpeg"], "pytorch-nvjpeg: no loader image for it yet"),
+                        (["--device", "cuda"], "--runtime docker --device cuda"),
+                        (["--image-tag", "no-such-tag"], "image kitctl/loader-torch:no-such-tag is not present"),
+                        (["--runtime", "podman"], "--runtime must be local or docker")):
+        args = ["--runtime", "docker", *flags] if "--runtime" not in flags else flags
+        p = _kitctl("run", "train-e2e", "--corpus", small_corpus, "--data-dir", tmp_path / "ds", *args,
+                    "--results-dir", tmp_path)
+        assert p.returncode == 2 and says in p.stderr and "Traceback" not in p.stderr, (flags, p.stderr)
+        assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+    p = _kitctl("run", "datasize", "--corpus", small_corpus, "--runtime", "docker", "--image-tag", "no-such-tag",
+                "--results-dir", tmp_path)
+    assert p.returncode == 2 and "is not present" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert not list(tmp_path.glob("*.json")) and not (tmp_path / "ds").exists()
+
+
+def test_train_e2e_docker_sigterm_keeps_the_partial_and_no_container(client, loader_image, small_corpus, tmp_path):
+    """SIGTERM while a training container runs: exit 130, the partial kept (resumable), the container gone."""
+    import signal
+    import subprocess
+    import time
+
+    res = tmp_path / "results"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "host"), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-c", "from kitctl.cli import main; main()", "run", "train-e2e",
+                             "--corpus", str(small_corpus), "--data-dir", str(tmp_path / "ds"), "--loaders",
+                             "pytorch-dataloader", *E2E, "--steps", "500", "--runtime", "docker", "--results-dir",
+                             str(res)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    mine = {"label": f"kit.owner-pid={proc.pid}"}
+    try:
+        deadline = time.monotonic() + 300
+        seen = []
+        while time.monotonic() < deadline and proc.poll() is None:
+            seen = [c for c in client.containers.list(filters=mine) if c.labels.get("kit.benchmark") == "train-e2e"]
+            # Args: trial.py's path, then its subcommand: `train`, not the dataset's writer (`datasize`)
+            if any((c.attrs.get("Args") or ["", ""])[1:2] == ["train"] for c in seen):
+                break
+            time.sleep(0.5)
+        assert seen and proc.poll() is None, "no training container seen"
+        time.sleep(3)  # inside the run: the container is training
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        remove_containers(client.containers.list(all=True, filters=mine))  # only if the test fails
+    assert proc.returncode == 130 and "partial artifact kept" in err, err
+    assert not client.containers.list(all=True, filters=mine)
+    [partial] = res.glob("train-e2e-*.partial.json")
+    doc = json.loads(partial.read_text())
+    assert doc["state"] == "interrupted" and doc["interrupted_by"] == "SIGTERM" and doc["runtime"]["name"] == "docker"
+    assert doc["datasets"][0]["status"] == "ok"  # kept: a --resume reuses it
+    assert not any(c["runs"] for c in doc["results"])  # the 500-step run was cut, not recorded as a result
+
+
+def test_ffcv_datasets_and_training_through_docker(client, loader_image, ffcv_image, small_corpus, tmp_path):
+    """The .beton written inside loader-ffcv (the host's ffcv is not used: the record says the image's), then ffcv
+    feeding ResNet-18 in a fresh loader-ffcv container; `kitctl run datasize --runtime docker` measures every
+    format in its writer's image. (The ffcv image build is most of this test's time.)"""
+    res, ds = tmp_path / "results", tmp_path / "datasets"
+    p = _kitctl("run", "train-e2e", "--corpus", small_corpus, "--data-dir", ds, "--loaders", "ffcv", *E2E,
+                "--steps", 2, "--runtime", "docker", "--results-dir", res)
+    assert p.returncode == 0, p.stderr + p.stdout
+    doc = _final(res, "train-e2e")
+    ffcv = "kitctl/loader-ffcv:ci"
+    assert doc["runtime"]["images"] == {"synthetic": IMAGE, "ffcv": ffcv}
+    assert doc["runtime"]["writers"] == {"ffcv": ffcv}
+    [written] = doc["datasets"]
+    assert written["status"] == "ok" and written["versions"]["ffcv"] == "1.0.2"
+    assert written["versions"]["webdataset"] is None  # loader-ffcv has no webdataset: not the host's interpreter
+    _host_owned(Path(written["path"]))
+    [synth, cell] = doc["results"]
+    assert synth["status"] == "ok" and cell["status"] == "ok", cell["reason"]
+    [r] = cell["runs"]
+    assert r["versions"]["ffcv"] == "1.0.2" and r["layout"] == "NHWC" and r["images"] == 8
+    assert not _left(client, doc)
+    p = _kitctl("run", "datasize", "--corpus", small_corpus, "--formats", "ffcv,webdataset,folder", "--encodings",
+                "jpeg90", "--sides", 64, "--workers", 1, "--runtime", "docker", "--results-dir", res)
+    assert p.returncode == 0, p.stderr + p.stdout
+    doc = _final(res, "datasize")
+    assert doc["runtime"]["images"] == {"ffcv": ffcv, "webdataset": IMAGE, "folder": IMAGE}
+    cells = {c["format"]: c for c in doc["results"]}
+    assert all(c["status"] == "ok" and c["size"]["images"] == 12 for c in cells.values()), cells
+    assert cells["ffcv"]["versions"]["ffcv"] == "1.0.2" and cells["webdataset"]["versions"]["ffcv"] is None
+    assert cells["ffcv"]["size"]["file_bytes"] > cells["ffcv"]["size"]["payload_bytes"]  # 8 MiB pages
+    assert not _left(client, doc)

@@ -190,7 +190,12 @@ def run_command(benchmark: str, results_dir: Path, resume: Path | None, new_conf
     except Fail as exc:
         err.print(f"kitctl: {exc}")
         raise typer.Exit(EXIT_USAGE) from None
-    doc["runtime"] = runtime_of(cfg)
+    try:  # an absent image (docker runtime) is refused before anything runs
+        doc["runtime"] = runtime_of(cfg)
+    except Fail as exc:
+        store.release()
+        err.print(f"kitctl: {exc}")
+        raise typer.Exit(EXIT_USAGE) from None
     final = execute(store, doc, lambda: body(cfg, store, doc, console.print))
     print_table(console, doc, final)
     raise typer.Exit(EXIT_OK if all_ok(doc) else EXIT_INCOMPLETE)
@@ -232,24 +237,70 @@ def execute(store: art.ArtifactStore, doc: dict[str, Any], body: Callable[[], No
 # dali-gpu is not here: the loader-dali image is CPU-only yet and run_trial_docker requests no GPU; its CUDA
 # variant (nvImageCodec's nvJPEG extras) would serve it as "dali" too.
 LOADER_IMAGE = {"pytorch-dataloader": "torch", "webdataset": "torch", "ffcv": "ffcv", "dali-cpu": "dali"}
-CONTAINER_DATA = "/data"
+# Which image writes which dataset format (`trial.py datasize`): the format's writer package lives there (ffcv in
+# loader-ffcv; webdataset and PIL in loader-torch), so a host without them writes every format through Docker.
+FORMAT_IMAGE = {"folder": "torch", "webdataset": "torch", "ffcv": "ffcv"}
+# The images with torch (what the training trial imports): loader-dali has none.
+TORCH_IMAGES = ("torch", "ffcv")
+CONTAINER_DATA, CONTAINER_CORPUS, CONTAINER_OUT = "/data", "/corpus", "/out"
 
 
-def run_trial_docker(image: str, argv: list[str], dataset: Path, timeout_s: float, run_id: str) -> TrialRun:
-    """One fresh container of the loader's image: network off, the dataset mounted read-only at /data, as the
-    dataset's owner (a cold source needs it: DONTNEED evicts only for the owner); killed and removed at the end."""
+def loader_image(name: str, tag: str) -> str:
+    return f"kitctl/loader-{name}:{tag}"
+
+
+def docker_runtime(images: dict[str, str], writers: dict[str, str] | None = None) -> dict[str, Any]:
+    """The artifact's runtime record for a docker run: which image ran each loader (and wrote each format),
+    and each image's id and repo digests; an absent image or a silent daemon is refused here, before any run."""
+    from .runtimes.docker import RuntimeUnavailable, docker_client, image_provenance
+
+    try:
+        client = docker_client(timeout=30)
+        try:
+            prov = {im: image_provenance(client, im) for im in dict.fromkeys([*images.values(),
+                                                                              *(writers or {}).values()])}
+        finally:
+            client.close()
+    except RuntimeUnavailable as exc:
+        raise Fail(f"--runtime docker: {exc}") from None
+    out: dict[str, Any] = {"name": "docker", "images": images}
+    if writers is not None:
+        out["writers"] = writers
+    out["image_ids"] = {im: {"id": p["id"], "repo_digests": p["repo_digests"]} for im, p in prov.items()}
+    return out
+
+
+def run_trial_docker(image: str, argv: list[str], timeout_s: float, run_id: str, benchmark: str, *,
+                     data: Path | None = None, corpus: Path | None = None, out_dir: Path | None = None) -> TrialRun:
+    """One fresh container of the loader's image: network off, no capabilities, killed and removed at the end
+    (a signal too). `data`: a dataset mounted read-only at /data, run as its owner (a cold source needs it:
+    DONTNEED evicts only for the owner). `corpus` + `out_dir`: a dataset written in the image, the corpus
+    read-only at /corpus and out_dir writable at /out, run as the caller so what it writes is the caller's."""
     import docker
 
-    from .runtimes.docker import LABEL_RUN_ID, owner_labels
+    from .runtimes.docker import LABEL_RUN_ID, owner_labels, remove_run_containers
 
+    volumes: dict[str, dict[str, str]] = {}
+    user = f"{os.getuid()}:{os.getgid()}"
+    if data is not None:
+        st = data.stat()
+        user = f"{st.st_uid}:{st.st_gid}"
+        volumes[str(data)] = {"bind": CONTAINER_DATA, "mode": "ro"}
+    if corpus is not None:
+        volumes[str(corpus)] = {"bind": CONTAINER_CORPUS, "mode": "ro"}
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)  # else the daemon creates it, root-owned
+        volumes[str(out_dir)] = {"bind": CONTAINER_OUT, "mode": "rw"}
     client = docker.from_env()
-    st = dataset.stat()
     t0 = time.monotonic()
-    c = client.containers.run(image, argv, detach=True, network_mode="none", shm_size="1g", cap_drop=["ALL"],
-                              security_opt=["no-new-privileges:true"],
-                              user=f"{st.st_uid}:{st.st_gid}",
-                              volumes={str(dataset): {"bind": CONTAINER_DATA, "mode": "ro"}},
-                              labels={LABEL_RUN_ID: run_id, **owner_labels(), "kit.benchmark": "dataload"})
+    try:
+        c = client.containers.run(image, argv, detach=True, network_mode="none", shm_size="1g", cap_drop=["ALL"],
+                                  security_opt=["no-new-privileges:true"], user=user, volumes=volumes,
+                                  labels={LABEL_RUN_ID: run_id, **owner_labels(), "kit.benchmark": benchmark})
+    except BaseException:  # a signal between create and start: the run's one container, by its label
+        remove_run_containers(client, run_id)
+        client.close()
+        raise
     timed_out = False
     try:
         try:
@@ -272,6 +323,44 @@ def run_trial_docker(image: str, argv: list[str], dataset: Path, timeout_s: floa
     return trial_outcome(out, errs, rc, elapsed)
 
 
+@dataclass(frozen=True)
+class Where:
+    """Where a data benchmark's trials run: `local` (a fresh process of `python`) or `docker` (a fresh container
+    of the loader's or the writer's image, tag `image_tag`), under the run's id (its containers' label)."""
+    runtime: str
+    python: str
+    image_tag: str
+    run_id: str
+
+
+def write_dataset(where: Where, benchmark: str, corpus: str, out: Path, fmt: str, enc: str, side: int,
+                  limit: int | None, timeout_s: float, keep: bool, workers: int | None = None) -> TrialRun:
+    """`trial.py datasize`: one dataset written at `out`, in a local process or in the format's writer image."""
+    flags = ["--format", fmt, "--encoding", enc, "--side", str(side)]
+    if limit:
+        flags += ["--limit", str(limit)]
+    if workers:
+        flags += ["--workers", str(workers)]
+    if keep:
+        flags += ["--keep"]
+    if where.runtime == "docker":
+        return run_trial_docker(loader_image(FORMAT_IMAGE[fmt], where.image_tag),
+                                ["datasize", "--corpus", CONTAINER_CORPUS, "--out", f"{CONTAINER_OUT}/{out.name}",
+                                 *flags], timeout_s, where.run_id, benchmark, corpus=Path(corpus), out_dir=out.parent)
+    return run_trial(where.python, ["datasize", "--corpus", corpus, "--out", str(out), *flags], timeout_s)
+
+
+def run_on_dataset(where: Where, benchmark: str, image: str | None, argv: list[str], dataset: Path | None,
+                   timeout_s: float) -> TrialRun:
+    """One trial run reading `dataset` (given as `--dataset`; None: none): a fresh local process, or a fresh
+    container of `image` with the dataset mounted read-only at /data."""
+    if where.runtime == "docker":
+        assert image is not None, "a docker run names its image"
+        return run_trial_docker(image, [*argv, *(["--dataset", CONTAINER_DATA] if dataset else [])], timeout_s,
+                                where.run_id, benchmark, data=dataset)
+    return run_trial(where.python, [*argv, *(["--dataset", str(dataset)] if dataset else [])], timeout_s)
+
+
 # -- the datasets a loader run reads (dataload's and train-e2e's) ------------------------------------------------
 # Which dataset format each loader reads, the encodings a dataset can have (trials/dataload/writers.py).
 LOADER_FORMAT = {"pytorch-dataloader": "folder", "webdataset": "webdataset", "ffcv": "ffcv", "pytorch-nvjpeg": "folder",
@@ -289,11 +378,11 @@ def corpus_images(corpus: str, limit: int | None) -> int:
     return min(n, limit) if limit else n
 
 
-def prepare_datasets(python: str, corpus: str, data_dir: str, limit: int | None, timeout_s: float,
+def prepare_datasets(where: Where, benchmark: str, corpus: str, data_dir: str, limit: int | None, timeout_s: float,
                      datasets: list[tuple[str, str, int]], doc: dict[str, Any],
                      note: Callable[[str], None]) -> dict[tuple, str | None]:
-    """Write the (format, encoding, side) datasets not written yet (`trial.py datasize --keep`), recorded in
-    doc["datasets"]; returns why each is unusable, or None."""
+    """Write the (format, encoding, side) datasets not written yet (`trial.py datasize --keep`, in the writer's
+    image with the docker runtime), recorded in doc["datasets"]; returns why each is unusable, or None."""
     n = corpus_images(corpus, limit)
     problems: dict[tuple, str | None] = {}
     doc.setdefault("datasets", [])
@@ -302,14 +391,11 @@ def prepare_datasets(python: str, corpus: str, data_dir: str, limit: int | None,
         if (d / "dataset.json").is_file():
             problems[(fmt, enc, side)] = None
             continue
-        argv = ["datasize", "--corpus", corpus, "--out", str(d), "--format", fmt, "--encoding", enc,
-                "--side", str(side), "--keep"]
-        if limit:
-            argv += ["--limit", str(limit)]
-        tr = run_trial(python, argv, timeout_s)
+        tr = write_dataset(where, benchmark, corpus, d, fmt, enc, side, limit, timeout_s, keep=True)
         problems[(fmt, enc, side)] = None if tr.status == "ok" else f"writing the dataset failed: {tr.error}"
         doc["datasets"].append({"path": str(d), "format": fmt, "encoding": enc, "side": side, **tr.to_json(),
                                 "size": {k: (tr.result or {}).get(k) for k in ("images", "payload_bytes", "file_bytes",
-                                                                               "write_seconds")}})
+                                                                               "write_seconds")},
+                                "versions": (tr.result or {}).get("versions")})
         note(f"dataset {d.name}: {tr.status}" + (f" ({tr.error})" if tr.error else f" in {tr.elapsed_s:.1f} s"))
     return problems

@@ -522,6 +522,12 @@ def _machine_kitctl(src: Source) -> list[list[str]]:
     rtext = rt.get("name", "?")
     if rt.get("name") == "docker":
         rtext += f" (Docker {host.get('docker_version') or '?'}): a fresh container per candidate"
+        by_image: dict[str, list[str]] = {}  # the data benchmarks' loader (and writer) images, with their ids
+        for what, im in [*(rt.get("images") or {}).items(), *((rt.get("writers") or {}).items())]:
+            by_image.setdefault(im, []).append(what)
+        for im, whats in by_image.items():
+            iid = ((rt.get("image_ids") or {}).get(im) or {}).get("id") or ""
+            rtext += f"; `{im}`{f' ({iid[:19]})' if iid else ''}: {', '.join(dict.fromkeys(whats))}"
     else:
         rtext += ": a fresh subprocess per candidate"
     rows.append(["Runtime", rtext])

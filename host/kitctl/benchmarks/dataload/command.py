@@ -28,7 +28,8 @@ def dataload(
     python: Optional[str] = O_PYTHON,
     runtime: str = typer.Option("local", help="local: a fresh process per run; docker: a fresh container of the "
                                 "loader's image (kitctl/loader-torch:<tag>: pytorch-dataloader, webdataset; "
-                                "kitctl/loader-ffcv:<tag>: ffcv; kitctl/loader-dali:<tag>: dali-cpu)."),
+                                "kitctl/loader-ffcv:<tag>: ffcv; kitctl/loader-dali:<tag>: dali-cpu); datasets "
+                                "written in the writer's image (folder, webdataset: loader-torch; ffcv: loader-ffcv)."),
     image_tag: str = typer.Option("ci", help="--runtime docker: the loader images' tag."),
     results_dir: Path = O_RESULTS_DIR,
     resume: Optional[Path] = O_RESUME,
@@ -42,6 +43,4 @@ def dataload(
         lambda: DataloadConfig.from_flags(corpus, data_dir, loaders, workers, source, encoding, side, runs, epochs,
                                           batch, limit, timeout, python, runtime, image_tag),
         DataloadConfig.from_json,
-        lambda cfg: ({"name": "docker", "images": {ld: cfg.image(ld) for ld in cfg.loaders}}
-                     if cfg.runtime == "docker" else {"name": "local", "interpreter": cfg.python}),
-        runner.run, print_table, all_ok)
+        DataloadConfig.runtime_record, runner.run, print_table, all_ok)

@@ -91,10 +91,19 @@ class DataloadConfig:
                                     "cold": "posix_fadvise DONTNEED on every file before each epoch, checked with "
                                             "mincore (<= 5% resident); local disk, not a throttled network path"}}
 
-    def image(self, loader: str) -> str:
-        from ...datarun import LOADER_IMAGE
+    def image(self, loader: str) -> str | None:
+        """The image a docker run of the loader starts (None with the local runtime)."""
+        from ...datarun import LOADER_IMAGE, loader_image
 
-        return f"kitctl/loader-{LOADER_IMAGE[loader]}:{self.image_tag}"
+        return loader_image(LOADER_IMAGE[loader], self.image_tag) if self.runtime == "docker" else None
+
+    def runtime_record(self) -> dict[str, Any]:
+        from ...datarun import FORMAT_IMAGE, docker_runtime, loader_image
+
+        if self.runtime != "docker":
+            return {"name": "local", "interpreter": self.python}
+        return docker_runtime({ld: self.image(ld) for ld in self.loaders},
+                              {f: loader_image(FORMAT_IMAGE[f], self.image_tag) for f, _, _ in self.datasets()})
 
     def datasets(self) -> list[tuple[str, str, int]]:
         fmts = list(dict.fromkeys(FORMAT_OF[x] for x in self.loaders))

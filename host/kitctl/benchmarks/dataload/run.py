@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ...core.stats import summarize
-from ...datarun import CONTAINER_DATA, corpus_images, dataset_dir, prepare_datasets, run_trial_docker, save, \
-    run_trial
+from ...datarun import Where, corpus_images, dataset_dir, prepare_datasets, run_on_dataset, save
 from .config import FORMAT_OF, DataloadConfig
 
 
@@ -15,10 +14,11 @@ def find(doc: dict[str, Any], key: tuple) -> dict[str, Any] | None:
                  if (c["loader"], c["encoding"], c["side"], c["source"], c["workers"]) == key), None)
 
 
-def prepare(cfg: DataloadConfig, doc: dict[str, Any], note: Callable[[str], None]) -> dict[tuple, str | None]:
+def prepare(cfg: DataloadConfig, where: Where, doc: dict[str, Any],
+            note: Callable[[str], None]) -> dict[tuple, str | None]:
     """Write the datasets the cells need; returns why each (format, encoding, side) is unusable, or None."""
-    return prepare_datasets(cfg.python, cfg.corpus, cfg.data_dir, cfg.limit, cfg.timeout_s, list(cfg.datasets()),
-                            doc, note)
+    return prepare_datasets(where, "dataload", cfg.corpus, cfg.data_dir, cfg.limit, cfg.timeout_s,
+                            list(cfg.datasets()), doc, note)
 
 
 def run_figures(tr) -> dict[str, Any]:
@@ -31,7 +31,8 @@ def run_figures(tr) -> dict[str, Any]:
 
 
 def run(cfg: DataloadConfig, store, doc: dict[str, Any], note: Callable[[str], None]) -> None:
-    problems = prepare(cfg, doc, note)
+    where = Where(cfg.runtime, cfg.python, cfg.image_tag, doc["run_id"])
+    problems = prepare(cfg, where, doc, note)
     save(store, doc)
     n = corpus_images(cfg.corpus, cfg.limit)
     for key in cfg.cells():
@@ -53,12 +54,8 @@ def run(cfg: DataloadConfig, store, doc: dict[str, Any], note: Callable[[str], N
             ds = dataset_dir(cfg.data_dir, n, fmt, enc, side)
             flags = ["--workers", str(workers), "--source", source, "--batch", str(cfg.batch), "--epochs",
                      str(cfg.epochs)]
-            if cfg.runtime == "docker":
-                tr = run_trial_docker(cfg.image(loader), ["dataload", "--loader", loader, "--dataset", CONTAINER_DATA,
-                                                          *flags], ds, cfg.timeout_s, doc["run_id"])
-            else:
-                tr = run_trial(cfg.python, ["dataload", "--loader", loader, "--dataset", str(ds), *flags],
-                               cfg.timeout_s)
+            tr = run_on_dataset(where, "dataload", cfg.image(loader), ["dataload", "--loader", loader, *flags], ds,
+                                cfg.timeout_s)
             figs = run_figures(tr)
             cell["runs"].append({"run": i, **tr.to_json(), **figs})
             if figs["images_per_second"] is None:

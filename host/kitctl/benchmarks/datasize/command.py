@@ -1,4 +1,4 @@
-"""`kitctl run datasize`: its flags into a DatasizeConfig, one trial process per dataset written."""
+"""`kitctl run datasize`: its flags into a DatasizeConfig, one trial process or container per dataset written."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -20,6 +20,10 @@ def datasize(
     workers: int = typer.Option(4, help="Writer processes."),
     timeout: Optional[float] = typer.Option(None, help="Seconds per dataset before the kit kills it (default 3600)."),
     python: Optional[str] = O_PYTHON,
+    runtime: str = typer.Option("local", help="local: a fresh process per dataset; docker: a fresh container of the "
+                                "format's writer image (kitctl/loader-torch:<tag>: folder, webdataset; "
+                                "kitctl/loader-ffcv:<tag>: ffcv), so the host needs no ffcv or webdataset."),
+    image_tag: str = typer.Option("ci", help="--runtime docker: the loader images' tag."),
     results_dir: Path = O_RESULTS_DIR,
     resume: Optional[Path] = O_RESUME,
 ) -> None:
@@ -29,6 +33,6 @@ def datasize(
 
     common.run_command(
         "datasize", results_dir, resume,
-        lambda: DatasizeConfig.from_flags(corpus, formats, encodings, sides, limit, workers, timeout, python),
-        DatasizeConfig.from_json, lambda cfg: {"name": "local", "interpreter": cfg.python},
-        runner.run, print_table, all_ok)
+        lambda: DatasizeConfig.from_flags(corpus, formats, encodings, sides, limit, workers, timeout, python, runtime,
+                                          image_tag),
+        DatasizeConfig.from_json, DatasizeConfig.runtime_record, runner.run, print_table, all_ok)

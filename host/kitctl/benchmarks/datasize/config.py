@@ -25,13 +25,18 @@ class DatasizeConfig:
     workers: int  # writer processes
     timeout_s: float
     python: str
+    runtime: str = "local"  # local: a fresh process; docker: a fresh container of the format's writer image
+    image_tag: str = "ci"  # docker: kitctl/loader-<image>:<tag>
 
     @classmethod
     def from_flags(cls, corpus: str, formats: str, encodings: str, sides: str, limit: int | None, workers: int,
-                   timeout: float | None, python: str | None) -> DatasizeConfig:
+                   timeout: float | None, python: str | None, runtime: str = "local",
+                   image_tag: str = "ci") -> DatasizeConfig:
         import os
         import sys
 
+        if runtime not in ("local", "docker"):
+            raise Fail(f"--runtime must be local or docker (got {runtime!r})")
         if limit is not None and limit <= 0:
             raise Fail(f"--limit must be > 0 (got {limit})")
         if workers <= 0:
@@ -43,23 +48,32 @@ class DatasizeConfig:
             raise Fail(f"--python {py}: not an executable")
         return cls(str(check_corpus(corpus)), parse_names("--formats", formats, FORMATS),
                    parse_names("--encodings", encodings, ENCODINGS), parse_ints("--sides", sides, 32), limit, workers,
-                   float(timeout or 3600), py)
+                   float(timeout or 3600), py, runtime, image_tag)
 
     @classmethod
     def from_json(cls, r: dict[str, Any]) -> DatasizeConfig:
         try:
             return cls.from_flags(r["corpus"], ",".join(r["formats"]), ",".join(r["encodings"]),
-                                  ",".join(map(str, r["sides"])), r["limit"], r["workers"], r["timeout_s"], r["python"])
+                                  ",".join(map(str, r["sides"])), r["limit"], r["workers"], r["timeout_s"], r["python"],
+                                  r.get("runtime", "local"), r.get("image_tag", "ci"))
         except (KeyError, TypeError) as exc:
             raise Fail(f"the partial's configuration is not a datasize one ({exc})") from None
 
     def to_json(self) -> dict[str, Any]:
         return {"corpus": self.corpus, "formats": list(self.formats), "encodings": list(self.encodings),
                 "sides": list(self.sides), "limit": self.limit, "workers": self.workers, "timeout_s": self.timeout_s,
-                "python": self.python, "mix_compress_probability": MIX_COMPRESS_PROBABILITY,
+                "python": self.python, "runtime": self.runtime, "image_tag": self.image_tag,
+                "mix_compress_probability": MIX_COMPRESS_PROBABILITY,
                 "imagenet_images": 1_281_167,
                 "sizes": "payload = the encoded images alone (ffcv: Reader.alloc_table['size'] summed); file = the "
                          "files on disk (ffcv pads to 8 MiB pages, tar adds headers)"}
+
+    def runtime_record(self) -> dict[str, Any]:
+        from ...datarun import FORMAT_IMAGE, docker_runtime, loader_image
+
+        if self.runtime != "docker":
+            return {"name": "local", "interpreter": self.python}
+        return docker_runtime({f: loader_image(FORMAT_IMAGE[f], self.image_tag) for f in self.formats})
 
     def units(self) -> list[tuple[str, str, int]]:
         return [(f, e, s) for e in self.encodings for s in self.sides for f in self.formats]

@@ -1,11 +1,12 @@
-"""Runs datasize: one fresh trial process per format × encoding × max side, the artifact saved after each."""
+"""Runs datasize: one fresh trial process (or container of the format's writer image) per format × encoding × max
+side, the artifact saved after each."""
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from ...datarun import TrialRun, run_trial, save
+from ...datarun import TrialRun, Where, save, write_dataset
 from .config import DatasizeConfig
 
 SIZE_KEYS = ("images", "jpeg_images", "payload_bytes", "file_bytes", "files", "payload_bytes_per_image",
@@ -20,15 +21,14 @@ def find(doc: dict[str, Any], fmt: str, enc: str, side: int) -> dict[str, Any] |
 def run(cfg: DatasizeConfig, store, doc: dict[str, Any], note: Callable[[str], None]) -> None:
     # A resumed run keeps what finished and runs the rest (a failed unit again).
     doc["results"] = [c for c in doc["results"] if c.get("status") == "ok"]
+    where = Where(cfg.runtime, cfg.python, cfg.image_tag, doc["run_id"])
     for fmt, enc, side in cfg.units():
         if find(doc, fmt, enc, side) is not None:
             continue
         with tempfile.TemporaryDirectory(prefix="kit-datasize-") as tmp:
-            argv = ["datasize", "--corpus", cfg.corpus, "--out", str(Path(tmp) / "ds"), "--format", fmt,
-                    "--encoding", enc, "--side", str(side), "--workers", str(cfg.workers)]
-            if cfg.limit:
-                argv += ["--limit", str(cfg.limit)]
-            tr: TrialRun = run_trial(cfg.python, argv, cfg.timeout_s)
+            # measured, then deleted by the trial (a docker run's files are the caller's: the folder goes too)
+            tr: TrialRun = write_dataset(where, "datasize", cfg.corpus, Path(tmp) / "ds", fmt, enc, side, cfg.limit,
+                                         cfg.timeout_s, keep=False, workers=cfg.workers)
         cell: dict[str, Any] = {"format": fmt, "encoding": enc, "side": side, **tr.to_json(), "size": None,
                                 "versions": (tr.result or {}).get("versions")}
         if tr.status == "ok" and tr.result:

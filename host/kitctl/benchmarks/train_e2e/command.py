@@ -1,4 +1,4 @@
-"""`kitctl run train-e2e`: its flags into a TrainE2EConfig, one fresh trial process per run (local runtime)."""
+"""`kitctl run train-e2e`: its flags into a TrainE2EConfig, one fresh trial process or container per run."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,9 +12,10 @@ from .config import TrainE2EConfig
 
 
 def train_e2e(
-    loaders: str = typer.Option("pytorch-dataloader,webdataset,ffcv,pytorch-nvjpeg",
-                                help="Comma list: pytorch-dataloader, webdataset, ffcv, pytorch-nvjpeg (GPU), dali-cpu; "
-                                     "synthetic (on-device data, the upper bound) always runs first."),
+    loaders: Optional[str] = typer.Option(None, help="Comma list: pytorch-dataloader, webdataset, ffcv, pytorch-nvjpeg "
+                                          "(GPU), dali-cpu (default: the first four; with --runtime docker the "
+                                          "first three); synthetic (on-device data, the upper bound) always runs "
+                                          "first."),
     model: str = typer.Option("resnet50", help="Comma list: resnet50, resnet18."),
     precision: str = typer.Option("auto", help="auto (bf16 autocast on CUDA, fp32 on CPU), bf16 or fp32."),
     device: str = typer.Option("auto", help="auto (CUDA when there is one), cpu or cuda."),
@@ -31,6 +32,10 @@ def train_e2e(
     limit: Optional[int] = typer.Option(None, help="Only the first N corpus images (epochs repeat as training needs)."),
     timeout: Optional[float] = typer.Option(None, help="Seconds per run before the kit kills it (default 900)."),
     python: Optional[str] = O_PYTHON,
+    runtime: str = typer.Option("local", help="local: a fresh process per run; docker: a fresh container of the "
+                                "loader's image (kitctl/loader-torch:<tag>: synthetic, pytorch-dataloader, webdataset; "
+                                "kitctl/loader-ffcv:<tag>: ffcv), CPU only; datasets written in the writer's image."),
+    image_tag: str = typer.Option("ci", help="--runtime docker: the loader images' tag."),
     results_dir: Path = O_RESULTS_DIR,
     resume: Optional[Path] = O_RESUME,
 ) -> None:
@@ -41,6 +46,6 @@ def train_e2e(
     common.run_command(
         "train-e2e", results_dir, resume,
         lambda: TrainE2EConfig.from_flags(corpus, data_dir, loaders, model, precision, device, workers, encoding,
-                                          side, batch, warmup, steps, runs, limit, timeout, python),
-        TrainE2EConfig.from_json, lambda cfg: {"name": "local", "interpreter": cfg.python},
-        runner.run, print_table, all_ok)
+                                          side, batch, warmup, steps, runs, limit, timeout, python, runtime,
+                                          image_tag),
+        TrainE2EConfig.from_json, TrainE2EConfig.runtime_record, runner.run, print_table, all_ok)

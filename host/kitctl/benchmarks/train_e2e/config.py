@@ -10,7 +10,8 @@ from typing import Any
 
 from ...datarun import DATA_ENCODINGS as ENCODINGS
 from ...datarun import LOADER_FORMAT as FORMAT_OF
-from ...datarun import check_corpus, parse_ints, parse_names
+from ...datarun import FORMAT_IMAGE, LOADER_IMAGE, TORCH_IMAGES, check_corpus, docker_runtime, loader_image, \
+    parse_ints, parse_names
 from ...errors import Fail
 
 # dali-gpu's batches stay in DALI's GPU tensors (no hand-off to torch in the trial yet)
@@ -19,6 +20,11 @@ MODELS = ("resnet50", "resnet18")
 PRECISIONS = ("auto", "bf16", "fp32")
 DEVICES = ("auto", "cpu", "cuda")
 CI_LEVEL = 0.95
+# --runtime docker: the image each loader trains in (the training step needs torch: loader-dali has none, so
+# dali-cpu is refused there; synthetic needs no loader and runs in the torch image).
+TRAIN_IMAGE = {"synthetic": "torch", **{ld: im for ld, im in LOADER_IMAGE.items() if im in TORCH_IMAGES}}
+DEFAULT_LOADERS = {"local": "pytorch-dataloader,webdataset,ffcv,pytorch-nvjpeg",
+                   "docker": "pytorch-dataloader,webdataset,ffcv"}
 
 
 @dataclass(frozen=True)
@@ -39,12 +45,18 @@ class TrainE2EConfig:
     limit: int | None
     timeout_s: float
     python: str
+    runtime: str = "local"  # local: a fresh process; docker: a fresh container of the loader's image
+    image_tag: str = "ci"  # docker: kitctl/loader-<image>:<tag>
     ci_level: float = CI_LEVEL
 
     @classmethod
     def from_flags(cls, corpus: str, data_dir: str | None, loaders: str, models: str, precision: str, device: str,
                    workers: str, encoding: str, side: int, batch: int, warmup: int, steps: int, runs: int,
-                   limit: int | None, timeout: float | None, python: str | None) -> TrainE2EConfig:
+                   limit: int | None, timeout: float | None, python: str | None, runtime: str = "local",
+                   image_tag: str = "ci") -> TrainE2EConfig:
+        if runtime not in DEFAULT_LOADERS:
+            raise Fail(f"--runtime must be local or docker (got {runtime!r})")
+        loaders = loaders or DEFAULT_LOADERS[runtime]
         for flag, v in (("--batch", batch), ("--warmup", warmup), ("--steps", steps), ("--runs", runs),
                         ("--side", side)):
             if v <= 0:
@@ -64,6 +76,18 @@ class TrainE2EConfig:
             raise Fail(f"--python {py}: not an executable")
         names = parse_names("--loaders", loaders, LOADERS)
         names = ("synthetic",) + tuple(n for n in names if n != "synthetic")  # the upper bound always runs
+        if runtime == "docker":
+            # Refused up front rather than a failed cell: no run of it could succeed (why, in the line).
+            without = [n for n in names if n not in TRAIN_IMAGE]
+            if without:
+                why = {"dali-cpu": "its image (loader-dali) has no torch for the training step"}
+                raise Fail("--runtime docker: " + "; ".join(f"{n}: {why.get(n, 'no loader image for it yet')}"
+                                                           for n in without)
+                           + f" (docker trains with {', '.join(x for x in TRAIN_IMAGE if x != 'synthetic')}); "
+                             "use --runtime local for it")
+            if device == "cuda":
+                raise Fail("--runtime docker --device cuda: the loader images are CPU builds and their containers "
+                           "get no GPU yet; use --runtime local on a GPU")
         model_names = parse_names("--model", models, MODELS)
         ws = parse_ints("--workers", workers, 1, all_value=os.cpu_count() or 1)
         if len(ws) != 1:
@@ -71,14 +95,15 @@ class TrainE2EConfig:
         c = check_corpus(corpus)
         return cls(str(c), str(Path(data_dir).expanduser().resolve()) if data_dir else str(c.parent / "datasets"),
                    names, model_names, precision, device, ws[0], encoding, int(side), batch, warmup, steps, runs,
-                   limit, float(timeout or 900), py)
+                   limit, float(timeout or 900), py, runtime, image_tag)
 
     @classmethod
     def from_json(cls, r: dict[str, Any]) -> TrainE2EConfig:
         try:
             return cls.from_flags(r["corpus"], r["data_dir"], ",".join(r["loaders"]), ",".join(r["models"]),
                                   r["precision"], r["device"], str(r["workers"]), r["encoding"], r["side"], r["batch"],
-                                  r["warmup"], r["steps"], r["runs"], r["limit"], r["timeout_s"], r["python"])
+                                  r["warmup"], r["steps"], r["runs"], r["limit"], r["timeout_s"], r["python"],
+                                  r.get("runtime", "local"), r.get("image_tag", "ci"))
         except (KeyError, TypeError) as exc:
             raise Fail(f"the partial's configuration is not a train-e2e one ({exc})") from None
 
@@ -87,7 +112,8 @@ class TrainE2EConfig:
                 "models": list(self.models), "precision": self.precision, "device": self.device,
                 "workers": self.workers, "encoding": self.encoding, "side": self.side, "batch": self.batch,
                 "warmup": self.warmup, "steps": self.steps, "runs": self.runs, "limit": self.limit,
-                "timeout_s": self.timeout_s, "python": self.python, "ci_level": self.ci_level,
+                "timeout_s": self.timeout_s, "python": self.python, "runtime": self.runtime,
+                "image_tag": self.image_tag, "ci_level": self.ci_level,
                 "pipeline": "decode -> RandomResizedCrop 224 -> flip -> uint8 batch (the dataload pipeline, page "
                             "cache warm) -> to the device, normalised there (ImageNet mean/std, channels-last) -> "
                             "forward, cross-entropy, backward, Adam lr 0.001 (bf16 autocast on CUDA unless "
@@ -101,3 +127,13 @@ class TrainE2EConfig:
 
     def cells(self) -> list[tuple[str, str]]:
         return [(m, ld) for m in self.models for ld in self.loaders]
+
+    def image(self, loader: str) -> str | None:
+        """The image a docker run of the loader starts (None with the local runtime)."""
+        return loader_image(TRAIN_IMAGE[loader], self.image_tag) if self.runtime == "docker" else None
+
+    def runtime_record(self) -> dict[str, Any]:
+        if self.runtime != "docker":
+            return {"name": "local", "interpreter": self.python}
+        return docker_runtime({ld: self.image(ld) for ld in self.loaders},
+                              {f: loader_image(FORMAT_IMAGE[f], self.image_tag) for f, _, _ in self.datasets()})

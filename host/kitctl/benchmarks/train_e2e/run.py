@@ -1,12 +1,12 @@
 """Runs train-e2e: the dataset written once (the same folders dataload writes and reuses), then per model × loader
-`runs` fresh trial processes (`trial.py train`), `synthetic` first; the artifact saved after each."""
+`runs` fresh trial processes or containers (`trial.py train`), `synthetic` first; the artifact saved after each."""
 from __future__ import annotations
 
 from typing import Any, Callable
 
 from ...core.stats import summarize
 from ...datarun import LOADER_FORMAT as FORMAT_OF
-from ...datarun import corpus_images, dataset_dir, prepare_datasets, run_trial, save
+from ...datarun import Where, corpus_images, dataset_dir, prepare_datasets, run_on_dataset, save
 from .config import TrainE2EConfig
 
 FIGURES = ("train_images_per_second", "loader_images_per_second", "busy_fraction", "data_wait_fraction",
@@ -39,7 +39,9 @@ def summaries(runs: list[dict[str, Any]], level: float) -> dict[str, Any]:
 
 
 def run(cfg: TrainE2EConfig, store, doc: dict[str, Any], note: Callable[[str], None]) -> None:
-    problems = prepare_datasets(cfg.python, cfg.corpus, cfg.data_dir, cfg.limit, cfg.timeout_s, cfg.datasets(), doc, note)
+    where = Where(cfg.runtime, cfg.python, cfg.image_tag, doc["run_id"])
+    problems = prepare_datasets(where, "train-e2e", cfg.corpus, cfg.data_dir, cfg.limit, cfg.timeout_s, cfg.datasets(),
+                                doc, note)
     save(store, doc)
     n = corpus_images(cfg.corpus, cfg.limit)
     for key in cfg.cells():
@@ -56,14 +58,14 @@ def run(cfg: TrainE2EConfig, store, doc: dict[str, Any], note: Callable[[str], N
         argv = ["train", "--loader", loader, "--model", model, "--precision", cfg.precision, "--device", cfg.device,
                 "--workers", str(cfg.workers), "--batch", str(cfg.batch), "--warmup", str(cfg.warmup),
                 "--steps", str(cfg.steps)]
-        why = None
+        why, ds = None, None
         if loader != "synthetic":
             fmt = FORMAT_OF[loader]
             why = problems.get((fmt, cfg.encoding, cfg.side))
-            argv += ["--dataset", str(dataset_dir(cfg.data_dir, n, fmt, cfg.encoding, cfg.side))]
+            ds = dataset_dir(cfg.data_dir, n, fmt, cfg.encoding, cfg.side)
         while why is None and len(cell["runs"]) < cfg.runs:
             i = len(cell["runs"]) + 1
-            tr = run_trial(cfg.python, argv, cfg.timeout_s)
+            tr = run_on_dataset(where, "train-e2e", cfg.image(loader), argv, ds, cfg.timeout_s)
             figs = run_figures(tr)
             cell["runs"].append({"run": i, **tr.to_json(), **figs})
             if figs["train_images_per_second"] is None:
