@@ -150,3 +150,33 @@ def test_datasize_deletes_unless_kept_and_bad_input_is_one_line(made, tmp_path):
     assert rc == 1 and "no dataset.json" in r["error"]
     rc, r, _ = trial("dataload", "--loader", "pytorch-nvjpeg", "--dataset", made, "--workers", 1)
     assert rc == 1 and r["status"] == "error"  # no dataset.json here (and no GPU): an error line, not a traceback
+
+
+@pytest.mark.parametrize("fmt", ["folder", "ffcv"])
+def test_a_dataset_folder_exists_only_whole(made, tmp_path, fmt):
+    """A writer failing (or killed) midway leaves no half dataset at its folder: an interrupted run's next write
+    of it must succeed, and a loader must never read a half one. A killed writer's hidden work folder is removed by
+    the next write."""
+    if fmt == "ffcv":
+        pytest.importorskip("ffcv")
+    m = corpus.read_manifest(made)
+    out = tmp_path / "data" / fmt
+    # A missing image is refused before anything is written (ffcv's writer would wait for ever on its worker).
+    missing = dict(m, files=[*m["files"][:5], dict(m["files"][5], file="missing/0.jpg")])
+    with pytest.raises(ValueError, match="lacks 1 of its manifest's images, e.g. missing/0.jpg"):
+        writers.write(made, missing, out, fmt, "jpeg90", 64, workers=1, seed=0)
+    assert not out.exists()
+    if fmt == "folder":  # an image that does not decode: the writer fails after writing 5
+        junk = tmp_path / "junk.jpg"
+        junk.write_bytes(b"not a JPEG")
+        broken = dict(m, files=[*m["files"][:5], dict(m["files"][5], file=str(junk))])
+        with pytest.raises(Exception):
+            writers.write(made, broken, out, fmt, "jpeg90", 64, workers=1, seed=0)
+        assert not out.exists() and not list(out.parent.glob(f".{fmt}.writing-*"))
+    stale = out.parent / f".{fmt}.writing-1"  # what a SIGKILLed writer leaves
+    (stale / "train").mkdir(parents=True)
+    info = writers.write(made, m, out, fmt, "jpeg90", 64, workers=1, seed=0)
+    assert info["images"] == N and (out / writers.DATASET_INFO).is_file()
+    assert sorted(p.name for p in out.parent.iterdir()) == [fmt]
+    with pytest.raises(ValueError, match="exists"):
+        writers.write(made, m, out, fmt, "jpeg90", 64, workers=1, seed=0)

@@ -270,6 +270,15 @@ def docker_runtime(images: dict[str, str], writers: dict[str, str] | None = None
     return out
 
 
+def loader_runtime(cfg: Any) -> dict[str, Any]:
+    """The runtime record of a loader benchmark's config (dataload, train-e2e: `runtime`, `python`, `loaders`,
+    `image(loader)`, `datasets()`, `image_tag`): the interpreter, or each loader's and each format writer's image."""
+    if cfg.runtime != "docker":
+        return {"name": "local", "interpreter": cfg.python}
+    return docker_runtime({ld: cfg.image(ld) for ld in cfg.loaders},
+                          {f: loader_image(FORMAT_IMAGE[f], cfg.image_tag) for f, _, _ in cfg.datasets()})
+
+
 def run_trial_docker(image: str, argv: list[str], timeout_s: float, run_id: str, benchmark: str, *,
                      data: Path | None = None, corpus: Path | None = None, out_dir: Path | None = None) -> TrialRun:
     """One fresh container of the loader's image: network off, no capabilities, killed and removed at the end

@@ -20,6 +20,8 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
+import shutil
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -120,10 +122,35 @@ def shard_count(images: int) -> int:
 
 def write(corpus: Path, manifest: dict, out: Path, fmt: str, encoding: str, side: int, limit: int | None = None,
           workers: int = 1, seed: int = 0) -> dict:
-    """Write one dataset under `out` (must not exist); returns its size record (also saved as dataset.json)."""
+    """Write one dataset under `out` (must not exist); returns its size record (also saved as dataset.json).
+
+    It is written into a hidden sibling folder and renamed to `out` once complete, so `out` exists only whole: a
+    writer killed or failing midway (an interrupted run) leaves no half dataset that a later run would refuse or,
+    worse, read. A sibling left by a killed writer is removed by the next write of the same dataset (one writer per
+    dataset folder at a time)."""
     check(fmt, encoding, side)
     if out.exists():
         raise ValueError(f"{out} exists; a dataset is written into a new folder")
+    files = manifest["files"][:limit] if limit else manifest["files"]
+    # Checked up front: ffcv's DatasetWriter waits for ever on a worker that died on an unreadable image.
+    missing = [e["file"] for e in files if not (corpus / e["file"]).is_file()]
+    if missing:
+        raise ValueError(f"the corpus lacks {len(missing)} of its manifest's images, e.g. {missing[0]}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for stale in out.parent.glob(f".{out.name}.writing-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    work = out.parent / f".{out.name}.writing-{os.getpid()}"
+    try:
+        info = _write(corpus, manifest, work, fmt, encoding, side, limit, workers, seed)
+        work.rename(out)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return info
+
+
+def _write(corpus: Path, manifest: dict, out: Path, fmt: str, encoding: str, side: int, limit: int | None,
+           workers: int, seed: int) -> dict:
     files = manifest["files"][:limit] if limit else manifest["files"]
     mode, quality = ENCODINGS[encoding]
     out.mkdir(parents=True)

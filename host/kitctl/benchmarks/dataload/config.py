@@ -98,12 +98,9 @@ class DataloadConfig:
         return loader_image(LOADER_IMAGE[loader], self.image_tag) if self.runtime == "docker" else None
 
     def runtime_record(self) -> dict[str, Any]:
-        from ...datarun import FORMAT_IMAGE, docker_runtime, loader_image
+        from ...datarun import loader_runtime
 
-        if self.runtime != "docker":
-            return {"name": "local", "interpreter": self.python}
-        return docker_runtime({ld: self.image(ld) for ld in self.loaders},
-                              {f: loader_image(FORMAT_IMAGE[f], self.image_tag) for f, _, _ in self.datasets()})
+        return loader_runtime(self)
 
     def datasets(self) -> list[tuple[str, str, int]]:
         fmts = list(dict.fromkeys(FORMAT_OF[x] for x in self.loaders))

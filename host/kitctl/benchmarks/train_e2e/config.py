@@ -10,8 +10,8 @@ from typing import Any
 
 from ...datarun import DATA_ENCODINGS as ENCODINGS
 from ...datarun import LOADER_FORMAT as FORMAT_OF
-from ...datarun import FORMAT_IMAGE, LOADER_IMAGE, TORCH_IMAGES, check_corpus, docker_runtime, loader_image, \
-    parse_ints, parse_names
+from ...datarun import LOADER_IMAGE, TORCH_IMAGES, check_corpus, loader_image, loader_runtime, parse_ints, \
+    parse_names
 from ...errors import Fail
 
 # dali-gpu's batches stay in DALI's GPU tensors (no hand-off to torch in the trial yet)
@@ -133,7 +133,4 @@ class TrainE2EConfig:
         return loader_image(TRAIN_IMAGE[loader], self.image_tag) if self.runtime == "docker" else None
 
     def runtime_record(self) -> dict[str, Any]:
-        if self.runtime != "docker":
-            return {"name": "local", "interpreter": self.python}
-        return docker_runtime({ld: self.image(ld) for ld in self.loaders},
-                              {f: loader_image(FORMAT_IMAGE[f], self.image_tag) for f, _, _ in self.datasets()})
+        return loader_runtime(self)
