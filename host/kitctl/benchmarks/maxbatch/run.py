@@ -17,7 +17,7 @@ from ...core.engines import Engine
 from ...core.outcome import SearchStatus, TrialOutcome
 from ...core.protocol import TrialRequest
 from ...core.watch import Watcher
-from ...core.search import STRATEGIES, Decision, SearchConfig
+from ...core.search import STRATEGIES, SearchConfig
 from ...core.speculate import candidates, replay
 from ...core.signals import Interrupted  # noqa: F401  (re-exported: SIGINT/SIGTERM/SIGHUP during a run)
 from ...runner import UnitRunner, find_cell
@@ -352,7 +352,8 @@ class Runner(UnitRunner):
                         return False
                     if r.decision.done and not job.running:
                         self._mark_path(job)  # a resumed cell may end without a new candidate
-                        self._finish(cell, r.decision)
+                        d = r.decision
+                        self._finish(cell, d.status, d.max_batch, d.next_batch, d.reason)
                         return True
                     cond.wait(0.2)  # the next batch runs on another lane: wait for it
                     continue
@@ -385,10 +386,8 @@ class Runner(UnitRunner):
         for t, used in zip(trials, r.on_path(len(trials))):
             t["on_path"] = used
 
-    def _finish(self, cell: dict[str, Any], status: SearchStatus | Decision, max_batch: int | None = None,
-                next_batch: int | None = None, reason: str = "") -> None:
-        if isinstance(status, Decision):
-            status, max_batch, next_batch, reason = status.status, status.max_batch, status.next_batch, status.reason
+    def _finish(self, cell: dict[str, Any], status: SearchStatus, max_batch: int | None,
+                next_batch: int | None, reason: str) -> None:
         with self._lock:
             cell.update(state="done", search_status=status.value, max_batch=max_batch,
                         next_batch=next_batch, reason=reason)
