@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kitctl.benchmarks.maxbatch.replay import replay
-from kitctl.core.guided import predict
+from kitctl.core.guided import guided_strategy, predict
 from kitctl.core.outcome import SearchStatus, Status
 from kitctl.core.search import SearchConfig, run_search
 
@@ -148,12 +148,34 @@ def test_committed_search_replayed_gives_the_same_answer(path):
     guided = replay(doc, "guided")
     assert guided, "a bounded cell to replay"
     for p, g in zip(proto, guided):
-        assert p.trials == p.recorded_trials and p.same  # the oracle reproduces the recorded run
+        if _strategy(doc) == "protocol":
+            assert p.trials == p.recorded_trials  # the oracle reproduces the recorded run
+        assert p.same, (p.engine, p.precision, p.answer, p.recorded, p.batches)
         assert g.same, (g.engine, g.precision, g.answer, g.recorded, g.batches)
 
 
+def _strategy(doc):
+    return doc["configuration"].get("strategy") or "protocol"
+
+
+def test_flat_peaks_say_nothing_so_growth_doubles():
+    # jax-xla preallocates its pool: every candidate peaks at the pool whatever its batch. The
+    # calibration (no pool) and the first pass gave a line that crept 1 % at a time (H200, call 12).
+    cfg = SearchConfig(12288, 1 << 20, target_mib=16120.0, anchor=(16, 10887.0))
+    hist = [(12288, Status.OK, 16067.0), (12415, Status.OK, 16067.0)]
+    assert predict(hist, cfg, 12415) is None
+    assert guided_strategy(hist, cfg).batch == 2 * 12415
+    pool = gpu(13568, lambda b: 16067.0)
+    d, hist = run_search(pool, cfg, "guided")
+    _, proto = run_search(pool, cfg, "protocol")
+    # protocol's count plus the one candidate the first line cost (it was 18 vs 16 before)
+    assert (d.max_batch, d.next_batch) == (13568, 13569) and len(hist) <= len(proto) + 1
+
+
 def test_guided_needs_fewer_candidates_than_protocol_on_the_committed_searches():
-    rows = [r for p in ARTIFACTS for r in replay(json.loads(p.read_text()), "guided")]
+    # Against the searches protocol recorded (a guided run's own count is no comparison).
+    docs = [json.loads(p.read_text()) for p in ARTIFACTS]
+    rows = [r for d in docs if _strategy(d) == "protocol" for r in replay(d, "guided")]
     searches = [r for r in rows if r.recorded_trials > 2]  # the 2-candidate runs re-verify a known answer
     assert len(searches) >= 8  # 8 when written; later committed searches join
     assert sum(r.trials for r in searches) < 0.8 * sum(r.recorded_trials for r in searches)
