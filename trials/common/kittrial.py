@@ -32,6 +32,21 @@ MAX_ERROR_CHARS = 2000
 THROUGHPUT_WARMUP_STEPS = 10
 THROUGHPUT_STEPS = 50
 
+# What a trial keeps between its framework's memory cap and the budget the host gives it (the
+# host's budget is B minus the overhead calibrated at a small batch). The memory outside a
+# framework's allocator moves by a few MiB with the batch (H200: PyTorch eager 766.8 MiB at batch
+# 16, 770.8 at 2,600–8,800; XLA 640–659 MiB over 13 candidates), so a cap of exactly the budget
+# lets an allocator that fills it, as a real card's would survive, end 1–4 MiB over B, where the
+# host's gate kills it: PyTorch eager fp32 at 16,376 MiB failed at 2,645 that way while 8,832
+# passed (results/maxbatch-resnet50-synthetic-20261201T165627Z.json vs …20261129T195932Z.json).
+FRAMEWORK_SLACK_MIB = 64
+
+
+def framework_cap_mib(budget_mib: float) -> float:
+    """The cap a trial gives its framework for the host's budget (MiB, at least 1)."""
+    return max(1.0, budget_mib - FRAMEWORK_SLACK_MIB)
+
+
 # CIFAR-10 geometry and per-channel statistics (RGB, on [0, 1] pixels), shared by
 # every engine so all of them train on identical tensors.
 IMAGE_SHAPE = (32, 32, 3)

@@ -48,7 +48,7 @@ FRACTION_ENV, FRACTION_ENV_NEW = "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_M
 PREALLOCATE_ENV, ALLOCATOR_ENV = "XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_ALLOCATOR"
 # The preallocated pool stays this far under the budget: XLA's memory outside the pool varies by a
 # few MiB between candidates and differs from the no-budget calibration's (configure_xla_env).
-POOL_SLACK_MIB = 64
+POOL_SLACK_MIB = kittrial.FRAMEWORK_SLACK_MIB
 
 
 def cuda_total_bytes() -> int:
@@ -97,7 +97,7 @@ def configure_xla_env(args, settings: dict, total_bytes=cuda_total_bytes) -> Non
         settings.update(xla_env=xla, memory_budget_enforced="no budget given (preallocation off)")
         return
     total = total_bytes()
-    fraction = min(1.0, max(1, args.memory_budget_mib - POOL_SLACK_MIB) * MIB / total)
+    fraction = min(1.0, kittrial.framework_cap_mib(args.memory_budget_mib) * MIB / total)
     os.environ[PREALLOCATE_ENV] = "true"
     os.environ[ALLOCATOR_ENV] = "bfc"
     os.environ[FRACTION_ENV] = f"{fraction:.6f}"

@@ -24,6 +24,11 @@ COMPILE_GRAPHS_MODE = "reduce-overhead"  # inductor + CUDA-graph trees: no per-k
 FAIR_MODES = ("cudagraph", COMPILE_GRAPHS)  # throughput on these autotunes cuDNN
 
 
+def memory_fraction(budget_mib: float, total_bytes: int) -> float:
+    """The caching allocator's fraction of the device for the host's framework budget."""
+    return min(1.0, kittrial.framework_cap_mib(budget_mib) * MIB / total_bytes)
+
+
 # ------------------------------------------------------------------------- set-up
 
 def _setup_device(args, settings: dict, versions: dict) -> torch.device:
@@ -57,12 +62,14 @@ def _setup_device(args, settings: dict, versions: dict) -> torch.device:
     torch.backends.cudnn.allow_tf32 = True
     settings["tf32"] = True
     if args.memory_budget_mib is not None:
-        # The host gives us budget minus this engine's calibrated overhead; the
-        # caching allocator then raises OutOfMemoryError instead of growing past it.
-        fraction = min(1.0, args.memory_budget_mib * MIB / props.total_memory)
+        # The host gives us budget minus this engine's calibrated overhead; the caching
+        # allocator then raises OutOfMemoryError instead of growing past the fraction, kept
+        # kittrial.FRAMEWORK_SLACK_MIB under it (why: there).
+        fraction = memory_fraction(args.memory_budget_mib, props.total_memory)
         torch.cuda.set_per_process_memory_fraction(fraction, device)
-        settings.update(memory_fraction=fraction, memory_budget_enforced="yes: "
-                        "torch.cuda.set_per_process_memory_fraction")
+        settings.update(memory_fraction=fraction, budget_slack_mib=kittrial.FRAMEWORK_SLACK_MIB,
+                        memory_budget_enforced="yes: torch.cuda.set_per_process_memory_fraction, "
+                        f"{kittrial.FRAMEWORK_SLACK_MIB} MiB under the budget")
     else:
         settings.update(memory_fraction=None, memory_budget_enforced="no budget given")
     return device

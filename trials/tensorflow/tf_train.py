@@ -58,12 +58,15 @@ def _setup_device(args, settings: dict, versions: dict) -> str:
     tf.config.set_visible_devices([gpu], "GPU")
     if args.memory_budget_mib is not None:
         # The host gives us budget minus this engine's calibrated overhead. TensorFlow's
-        # allocator reserves the whole limit up front and fails past it (ResourceExhausted).
+        # allocator reserves the whole limit up front and fails past it (ResourceExhausted);
+        # the limit stays kittrial.FRAMEWORK_SLACK_MIB under the budget (why: there).
+        limit = int(kittrial.framework_cap_mib(args.memory_budget_mib))
         tf.config.set_logical_device_configuration(
-            gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=args.memory_budget_mib)])
-        settings.update(memory_growth=False, memory_limit_mib=args.memory_budget_mib,
+            gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=limit)])
+        settings.update(memory_growth=False, memory_limit_mib=limit,
+                        budget_slack_mib=kittrial.FRAMEWORK_SLACK_MIB,
                         memory_budget_enforced="yes: tf.config.set_logical_device_configuration "
-                        "memory_limit (reserved up front)")
+                        f"memory_limit (reserved up front), {kittrial.FRAMEWORK_SLACK_MIB} MiB under the budget")
     else:
         # Without a budget, grow on demand so the host's NVML readings mean something.
         tf.config.experimental.set_memory_growth(gpu, True)
