@@ -195,3 +195,26 @@ def test_a_clean_matching_stamp_beats_an_old_dirty_git_in_the_copy(tmp_path):
     assert (info["git_commit"], info["git_dirty"], info["git_source"]) == (HEX40, False, "stamp")
     (copy / STAMP_FILE).write_text(f"{HEX40}\ndirty=false\ncode_sha256={'0' * 64}\n")  # not this code
     assert _kit_info_in(copy)["git_source"] == "git"
+
+
+def test_a_stamp_of_a_commit_the_old_git_lacks_beats_a_clean_looking_git(tmp_path):
+    # 2026-12-01: the newer commits had only added a file, untracked to the copy's old .git, so git
+    # said "old commit, clean". A clean matching stamp of a commit that .git does not hold wins;
+    # one of a commit it holds (a stale stamp here, where .git is current) does not.
+    copy = _copy_kit(tmp_path / "kit")
+    git = ["git", "-C", str(copy), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "old"], check=True)
+    (copy / "tools-new.sh").write_text("echo\n")  # the newer commit's only change: untracked here
+    old = _kit_info_in(copy)
+    assert (old["git_source"], old["git_dirty"]) == ("git", False)
+    r = _in_copy(copy, "import kitctl.core.provenance as p, pathlib; print(p._stamp_code(pathlib.Path('.').resolve()).sha256)")
+    code = r.stdout.strip()
+    (copy / STAMP_FILE).write_text(f"{HEX40}\ndirty=false\ncode_sha256={code}\n")
+    info = _kit_info_in(copy)
+    assert (info["git_commit"], info["git_dirty"], info["git_source"]) == (HEX40, False, "stamp")
+    head = subprocess.run([*git, "rev-parse", "HEAD~0"], capture_output=True, text=True, check=True).stdout.strip()
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "newer"], check=True)
+    (copy / STAMP_FILE).write_text(f"{head}\ndirty=false\ncode_sha256={code}\n")  # stale: .git holds it
+    assert _kit_info_in(copy)["git_commit"] != head and _kit_info_in(copy)["git_source"] == "git"

@@ -189,14 +189,17 @@ def git_state(root: Path | None = None) -> GitState:
     if commit:
         status = _git(root, "status", "--porcelain", "--untracked-files=no")
         dirty = None if status is None else bool(status)
-        if dirty:
-            # A copy can carry an old .git (the GPU machine's did: the session's first commit) while
-            # the tree is newer: a clean stamp whose code hash matches says exactly which commit it is.
-            try:
-                stamp = read_stamp(root)
-            except ValueError:
-                stamp = None
-            if stamp is not None and stamp.dirty is False and _stamp_has_hash(root):
+        # A copy can carry an old .git (the GPU machine's did: the session's first commit) while
+        # the tree is newer: a clean stamp whose code hash matches says exactly which commit it is.
+        # Git looks clean there too when the newer commits only added files (untracked to the old
+        # .git: 2026-12-01's H200 artifacts said 4a2218d, clean, for 833d974): a stamp naming a
+        # commit this .git does not hold is newer than it.
+        try:
+            stamp = read_stamp(root)
+        except ValueError:
+            stamp = None
+        if stamp is not None and stamp.dirty is False and _stamp_has_hash(root) and stamp.commit != commit:
+            if dirty or _git(root, "cat-file", "-e", f"{stamp.commit}^{{commit}}") is None:
                 return stamp
         return GitState(commit, dirty, "git")
     env = os.environ.get(ENV_COMMIT)
