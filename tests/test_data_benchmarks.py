@@ -90,7 +90,16 @@ def test_datasize_and_dataload_refuse_bad_flags(corpus, tmp_path):
                        (("run", "datasize", "--corpus", corpus, "--formats", "zip"), "unknown zip"),
                        (("run", "dataload", "--corpus", corpus, "--workers", "0"), "below 1"),
                        (("run", "dataload", "--corpus", corpus, "--loaders", "dali-tpu"), "unknown dali-tpu"),
-                       (("run", "dataload", "--corpus", corpus, "--source", "ebs"), "unknown ebs")):
+                       (("run", "dataload", "--corpus", corpus, "--source", "ebs"), "unknown ebs"),
+                       (("run", "dataload", "--corpus", corpus, "--source", "cold", "--read-mbps", "50"),
+                        "use --runtime docker"),
+                       (("run", "dataload", "--corpus", corpus, "--runtime", "docker", "--loaders",
+                         "pytorch-dataloader", "--read-mbps", "50"), "add --source cold"),
+                       (("run", "dataload", "--corpus", corpus, "--runtime", "docker", "--loaders",
+                         "pytorch-dataloader", "--source", "cold", "--read-mbps", "0"), "must be > 0"),
+                       (("run", "dataload", "--corpus", corpus, "--runtime", "docker", "--loaders",
+                         "pytorch-dataloader", "--source", "cold", "--read-mbps", "50", "--data-dir",
+                         "/dev/shm/kit-ds"), "on no block device")):
         p = kitctl(*args, "--results-dir", tmp_path / "r")
         assert p.returncode == 2, (args, p.stderr)
         assert what in p.stderr and "Traceback" not in p.stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -330,3 +331,46 @@ def test_ffcv_datasets_and_training_through_docker(client, loader_image, ffcv_im
     assert cells["ffcv"]["versions"]["ffcv"] == "1.0.2" and cells["webdataset"]["versions"]["ffcv"] is None
     assert cells["ffcv"]["size"]["file_bytes"] > cells["ffcv"]["size"]["payload_bytes"]  # 8 MiB pages
     assert not _left(client, doc)
+
+
+def test_kitctl_dataload_cold_through_a_capped_read_path(client, loader_image, tmp_path):
+    """`--read-mbps`: the loader's container reads the dataset through Docker's --device-read-bps on the disk that
+    holds it (slow storage emulated); the kit checks the payload did not come faster than the cap (else the cell
+    fails: the cap did not hold) and labels the source."""
+    import subprocess
+
+    from kitctl.core.artifact import load
+    from kitctl.datarun import block_device
+    from kitctl.errors import Fail
+
+    try:
+        disk = block_device(tmp_path)
+    except Fail as exc:  # CI and this machine keep /tmp on a disk; a tmpfs /tmp has nothing to cap
+        pytest.skip(str(exc))
+    entry = [sys.executable, "-c", "from kitctl.cli import main; main()"]
+    corpus_dir = tmp_path / "corpus"
+    # 48 JPEGs at q90 / 256 px: ~0.8 MB of payload, ~1.5 s per epoch at 0.5 MB/s
+    t0 = time.monotonic()
+    assert subprocess.run([*entry, "data", "make", "--out", str(corpus_dir), "--images", "48", "--classes", "2",
+                           "--workers", "2"], capture_output=True).returncode == 0
+    res = tmp_path / "results"
+    p = subprocess.run([*entry, "run", "dataload", "--corpus", str(corpus_dir), "--loaders", "pytorch-dataloader",
+                        "--workers", "2", "--source", "cold", "--read-mbps", "0.5", "--runs", "1", "--epochs", "1",
+                        "--batch", "8", "--runtime", "docker", "--results-dir", str(res)],
+                       capture_output=True, text=True, timeout=600)
+    print(f"corpus + dataload: {time.monotonic() - t0:.0f} s")
+    assert p.returncode == 0, p.stderr + p.stdout
+    assert "cold @ 0.5 MB/s w=2 run 1/1" in p.stdout
+    [final] = [f for f in res.glob("dataload-*.json") if not f.name.endswith(".partial.json")]
+    doc = load(final)
+    assert doc["configuration"]["read_cap"] == {"mb_per_s": 0.5, "device": disk,
+                                                "via": "docker --device-read-bps (blkio throttle on cgroup v1, "
+                                                       "io.max on v2)"}
+    assert "capped at 0.5 MB/s" in doc["configuration"]["sources_meaning"]["cold"]
+    [cell] = doc["results"]
+    [run] = cell["runs"]
+    assert cell["status"] == "ok", cell["reason"]
+    assert run["epochs"][0]["resident_before"] <= 0.05
+    payload = run["payload_mb_per_s"]
+    assert 0 < payload <= 0.55  # what the kit checks: no faster than the device was allowed to deliver
+    assert not client.containers.list(all=True, filters={"label": f"kit.run-id={doc['run_id']}"})

@@ -279,12 +279,51 @@ def loader_runtime(cfg: Any) -> dict[str, Any]:
                           {f: loader_image(FORMAT_IMAGE[f], cfg.image_tag) for f, _, _ in cfg.datasets()})
 
 
+@dataclass(frozen=True)
+class ReadCap:
+    """Slow storage emulated the way --vram-limit emulates a smaller card: reads from the block device that holds
+    the datasets capped at `mb_per_s` for a loader's container (Docker's --device-read-bps: blkio throttling on
+    cgroup v1, io.max on v2). Page-cache hits are not reads from the device: a RAM source is not slowed."""
+    mb_per_s: float
+    device: str  # /dev/<disk>: the whole disk (throttling applies to a disk's queue, not to a partition)
+
+    @property
+    def bytes_per_s(self) -> int:
+        return max(1, int(self.mb_per_s * 1_000_000))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mb_per_s": self.mb_per_s, "device": self.device,
+                "via": "docker --device-read-bps (blkio throttle on cgroup v1, io.max on v2)"}
+
+
+def block_device(path: Path, flag: str = "--read-mbps") -> str:
+    """/dev/<disk> that holds `path` (or its nearest existing parent); Fail when it is on no block device
+    (tmpfs, overlay, btrfs subvolumes, network filesystems: nothing a device cap could slow)."""
+    p = path
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    dev = os.stat(p).st_dev
+    node = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}")
+    if not node.exists():
+        raise Fail(f"{flag}: {path} is on no block device (device {os.major(dev)}:{os.minor(dev)}: tmpfs, overlay "
+                   "or a network filesystem), so there is no read path to cap; put --data-dir on a disk")
+    real = node.resolve()
+    if (real / "partition").exists():
+        real = real.parent
+    disk = Path("/dev") / real.name
+    if not disk.exists():
+        raise Fail(f"{flag}: {path} is on {real.name}, which has no {disk} here to cap")
+    return str(disk)
+
+
 def run_trial_docker(image: str, argv: list[str], timeout_s: float, run_id: str, benchmark: str, *,
-                     data: Path | None = None, corpus: Path | None = None, out_dir: Path | None = None) -> TrialRun:
+                     data: Path | None = None, corpus: Path | None = None, out_dir: Path | None = None,
+                     read_cap: ReadCap | None = None) -> TrialRun:
     """One fresh container of the loader's image: network off, no capabilities, killed and removed at the end
     (a signal too). `data`: a dataset mounted read-only at /data, run as its owner (a cold source needs it:
-    DONTNEED evicts only for the owner). `corpus` + `out_dir`: a dataset written in the image, the corpus
-    read-only at /corpus and out_dir writable at /out, run as the caller so what it writes is the caller's."""
+    DONTNEED evicts only for the owner), its reads capped by `read_cap` when given. `corpus` + `out_dir`: a
+    dataset written in the image, the corpus read-only at /corpus and out_dir writable at /out, run as the
+    caller so what it writes is the caller's."""
     import docker
 
     from .runtimes.docker import LABEL_RUN_ID, owner_labels, remove_run_containers
@@ -300,12 +339,14 @@ def run_trial_docker(image: str, argv: list[str], timeout_s: float, run_id: str,
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)  # else the daemon creates it, root-owned
         volumes[str(out_dir)] = {"bind": CONTAINER_OUT, "mode": "rw"}
+    caps = {"device_read_bps": [{"Path": read_cap.device, "Rate": read_cap.bytes_per_s}]} if read_cap else {}
     client = docker.from_env()
     t0 = time.monotonic()
     try:
         c = client.containers.run(image, argv, detach=True, network_mode="none", shm_size="1g", cap_drop=["ALL"],
                                   security_opt=["no-new-privileges:true"], user=user, volumes=volumes,
-                                  labels={LABEL_RUN_ID: run_id, **owner_labels(), "kit.benchmark": benchmark})
+                                  labels={LABEL_RUN_ID: run_id, **owner_labels(), "kit.benchmark": benchmark},
+                                  **caps)
     except BaseException:  # a signal between create and start: the run's one container, by its label
         remove_run_containers(client, run_id)
         client.close()
@@ -340,6 +381,7 @@ class Where:
     python: str
     image_tag: str
     run_id: str
+    read_cap: ReadCap | None = None  # docker: the loaders' reads of a dataset capped (dataload --read-mbps)
 
 
 def write_dataset(where: Where, benchmark: str, corpus: str, out: Path, fmt: str, enc: str, side: int,
@@ -366,7 +408,7 @@ def run_on_dataset(where: Where, benchmark: str, image: str | None, argv: list[s
     if where.runtime == "docker":
         assert image is not None, "a docker run names its image"
         return run_trial_docker(image, [*argv, *(["--dataset", CONTAINER_DATA] if dataset else [])], timeout_s,
-                                where.run_id, benchmark, data=dataset)
+                                where.run_id, benchmark, data=dataset, read_cap=where.read_cap if dataset else None)
     return run_trial(where.python, [*argv, *(["--dataset", str(dataset)] if dataset else [])], timeout_s)
 
 

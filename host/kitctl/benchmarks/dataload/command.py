@@ -31,6 +31,9 @@ def dataload(
                                 "kitctl/loader-ffcv:<tag>: ffcv; kitctl/loader-dali:<tag>: dali-cpu); datasets "
                                 "written in the writer's image (folder, webdataset: loader-torch; ffcv: loader-ffcv)."),
     image_tag: str = typer.Option("ci", help="--runtime docker: the loader images' tag."),
+    read_mbps: Optional[float] = typer.Option(None, help="--runtime docker, --source cold: cap the loaders' reads "
+                                              "of the datasets at N MB/s (Docker's --device-read-bps on the disk "
+                                              "holding --data-dir): slow or network storage, emulated."),
     results_dir: Path = O_RESULTS_DIR,
     resume: Optional[Path] = O_RESUME,
 ) -> None:
@@ -41,6 +44,6 @@ def dataload(
     common.run_command(
         "dataload", results_dir, resume,
         lambda: DataloadConfig.from_flags(corpus, data_dir, loaders, workers, source, encoding, side, runs, epochs,
-                                          batch, limit, timeout, python, runtime, image_tag),
+                                          batch, limit, timeout, python, runtime, image_tag, read_mbps),
         DataloadConfig.from_json,
         DataloadConfig.runtime_record, runner.run, print_table, all_ok)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import Fail
-from ...datarun import DATA_ENCODINGS, LOADER_FORMAT, check_corpus, parse_ints, parse_names
+from ...datarun import DATA_ENCODINGS, LOADER_FORMAT, ReadCap, block_device, check_corpus, parse_ints, parse_names
 
 LOADERS = ("pytorch-dataloader", "webdataset", "ffcv", "pytorch-nvjpeg", "dali-cpu", "dali-gpu")
 FORMAT_OF, ENCODINGS = LOADER_FORMAT, DATA_ENCODINGS  # which format each loader reads; what a dataset can hold
@@ -34,12 +34,14 @@ class DataloadConfig:
     python: str
     runtime: str = "local"  # local: a fresh process; docker: a fresh container of the loader's image
     image_tag: str = "ci"  # docker: kitctl/loader-<image>:<tag>
+    read_mbps: float | None = None  # docker, cold: the loaders' reads of the datasets capped (slow storage)
     ci_level: float = CI_LEVEL
 
     @classmethod
     def from_flags(cls, corpus: str, data_dir: str | None, loaders: str, workers: str, sources: str, encodings: str,
                    sides: str, runs: int, epochs: int, batch: int, limit: int | None, timeout: float | None,
-                   python: str | None, runtime: str = "local", image_tag: str = "ci") -> DataloadConfig:
+                   python: str | None, runtime: str = "local", image_tag: str = "ci",
+                   read_mbps: float | None = None) -> DataloadConfig:
         from ...datarun import LOADER_IMAGE
 
         if runtime not in ("local", "docker"):
@@ -61,12 +63,29 @@ class DataloadConfig:
         if not os.access(py, os.X_OK):
             raise Fail(f"--python {py}: not an executable")
         c = check_corpus(corpus)
-        return cls(str(c), str(Path(data_dir).expanduser().resolve()) if data_dir else str(c.parent / "datasets"),
-                   parse_names("--loaders", loaders, LOADERS),
-                   parse_ints("--workers", workers, 1, all_value=os.cpu_count() or 1),
-                   parse_names("--source", sources, SOURCES), parse_names("--encoding", encodings, ENCODINGS),
-                   parse_ints("--side", sides, 32), runs, epochs, batch, limit, float(timeout or 1800), py, runtime,
-                   image_tag)
+        srcs = parse_names("--source", sources, SOURCES)
+        ddir = str(Path(data_dir).expanduser().resolve()) if data_dir else str(c.parent / "datasets")
+        if read_mbps is not None:
+            if not read_mbps > 0:
+                raise Fail(f"--read-mbps must be > 0 (got {read_mbps})")
+            if runtime != "docker":
+                raise Fail("--read-mbps caps a container's reads (Docker's --device-read-bps): use --runtime docker")
+            if "cold" not in srcs:
+                raise Fail("--read-mbps caps reads from storage, and a RAM source reads the page cache: "
+                           "add --source cold")
+        cfg = cls(str(c), ddir, parse_names("--loaders", loaders, LOADERS),
+                  parse_ints("--workers", workers, 1, all_value=os.cpu_count() or 1),
+                  srcs, parse_names("--encoding", encodings, ENCODINGS),
+                  parse_ints("--side", sides, 32), runs, epochs, batch, limit, float(timeout or 1800), py, runtime,
+                  image_tag, float(read_mbps) if read_mbps is not None else None)
+        cfg.read_cap()  # a data dir on no block device is refused here, before anything runs
+        return cfg
+
+    def read_cap(self) -> ReadCap | None:
+        """The cap on the loaders' reads: the disk that holds the data dir, at read_mbps."""
+        if self.read_mbps is None:
+            return None
+        return ReadCap(self.read_mbps, block_device(Path(self.data_dir)))
 
     @classmethod
     def from_json(cls, r: dict[str, Any]) -> DataloadConfig:
@@ -74,22 +93,26 @@ class DataloadConfig:
             return cls.from_flags(r["corpus"], r["data_dir"], ",".join(r["loaders"]), ",".join(map(str, r["workers"])),
                                   ",".join(r["sources"]), ",".join(r["encodings"]), ",".join(map(str, r["sides"])),
                                   r["runs"], r["epochs"], r["batch"], r["limit"], r["timeout_s"], r["python"],
-                                  r.get("runtime", "local"), r.get("image_tag", "ci"))
+                                  r.get("runtime", "local"), r.get("image_tag", "ci"), r.get("read_mbps"))
         except (KeyError, TypeError) as exc:
             raise Fail(f"the partial's configuration is not a dataload one ({exc})") from None
 
     def to_json(self) -> dict[str, Any]:
+        cap = self.read_cap()
+        cold = ("posix_fadvise DONTNEED on every file before each epoch, checked with mincore (<= 5% resident); "
+                + (f"reads from {cap.device} capped at {cap.mb_per_s:g} MB/s (docker --device-read-bps): "
+                   "slow storage emulated" if cap else "local disk, not a throttled network path"))
         return {"corpus": self.corpus, "data_dir": self.data_dir, "loaders": list(self.loaders),
                 "workers": list(self.workers), "sources": list(self.sources), "encodings": list(self.encodings),
                 "sides": list(self.sides), "runs": self.runs, "epochs": self.epochs, "batch": self.batch,
                 "limit": self.limit, "timeout_s": self.timeout_s, "python": self.python, "runtime": self.runtime,
-                "image_tag": self.image_tag, "ci_level": self.ci_level,
+                "image_tag": self.image_tag, "ci_level": self.ci_level, "read_mbps": self.read_mbps,
+                "read_cap": cap.to_json() if cap else None,
                 "pipeline": "decode -> RandomResizedCrop 224 (scale 0.08-1, ratio 3/4-4/3) -> random horizontal flip "
                             "-> uint8 batch; one warm-up epoch, then the timed epochs",
                 "sources_meaning": {"ram": "every file read into the page cache before each epoch, checked with "
                                            "mincore (>= 98% resident)",
-                                    "cold": "posix_fadvise DONTNEED on every file before each epoch, checked with "
-                                            "mincore (<= 5% resident); local disk, not a throttled network path"}}
+                                    "cold": cold}}
 
     def image(self, loader: str) -> str | None:
         """The image a docker run of the loader starts (None with the local runtime)."""

@@ -11,13 +11,20 @@ def rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
     for c in doc["results"]:
         s = c.get("summary") or {}
         cores = next((r.get("cpu_count") for r in c["runs"] if r.get("cpu_count")), None)
-        out.append({"loader": c["loader"], "encoding": c["encoding"], "side": c["side"], "source": c["source"],
+        out.append({"loader": c["loader"], "encoding": c["encoding"], "side": c["side"],
+                    "source": source_label(doc, c["source"]),
                     "workers": c["workers"], "status": c["status"], "reason": c.get("reason", ""),
                     "median": s.get("median"), "ci_low": s.get("ci_low"), "ci_high": s.get("ci_high"),
                     "ci_level": s.get("ci_level"), "runs": len(c["runs"]), "cores": cores,
                     "per_worker": s["median"] / c["workers"] if s.get("median") else None,
                     "ffcv_published": FFCV_PUBLISHED_LOAD.get((c["loader"], c["encoding"], c["side"], c["source"]))})
     return out
+
+
+def source_label(doc: dict[str, Any], source: str) -> str:
+    """cold, or `cold @ N MB/s` when the run capped the loaders' reads (--read-mbps)."""
+    mbps = doc["configuration"].get("read_mbps")
+    return f"cold @ {mbps:g} MB/s" if source == "cold" and mbps else source
 
 
 def all_ok(doc: dict[str, Any]) -> bool:
