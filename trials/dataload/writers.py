@@ -119,9 +119,12 @@ def _encoded(corpus: Path, files: list[dict], side: int, mode: str, quality: int
         for r in ranges:
             yield from _encode_range(r)
         return
-    with ProcessPoolExecutor(workers, initializer=_init_job, initargs=(job,)) as pool:
+    pool = ProcessPoolExecutor(workers, initializer=_init_job, initargs=(job,))
+    try:
         for part in pool.map(_encode_range, ranges):
             yield from part
+    finally:  # a failure (an image that does not decode) ends the write now, not after every queued range
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def shard_count(images: int) -> int:
