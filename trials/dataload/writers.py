@@ -258,6 +258,7 @@ class _Prepared:
 
 def _write_ffcv(corpus, files, out, side, mode, quality, workers):
     import multiprocessing
+    from multiprocessing import shared_memory
 
     from ffcv.fields import IntField, RGBImageField
     from ffcv.reader import Reader
@@ -271,14 +272,22 @@ def _write_ffcv(corpus, files, out, side, mode, quality, workers):
     before = set(multiprocessing.active_children())
     try:
         writer.from_indexed_dataset(dataset, chunksize=64)
-    finally:
-        # ffcv never joins its workers: reap them (they exit once they have handed over their allocations), so
-        # none is left behind, not even as a zombie; one still alive after that is stopped.
+    except BaseException:  # a signal (or a bug) midway: stop its workers now and free its shared memory
         for p in set(multiprocessing.active_children()) - before:
-            p.join(30)
-            if p.is_alive():
-                p.terminate()
-                p.join(5)
+            p.terminate()
+            p.join(5)
+        sm = getattr(writer, "metadata_sm", None)
+        if isinstance(sm, shared_memory.SharedMemory):
+            sm.close()
+            sm.unlink()
+        raise
+    # ffcv never joins its workers: reap them (they exit once they have handed over their allocations), so none
+    # is left behind, not even as a zombie; one still alive after that is stopped.
+    for p in set(multiprocessing.active_children()) - before:
+        p.join(30)
+        if p.is_alive():
+            p.terminate()
+            p.join(5)
     failure = dataset.failed()
     if failure:
         raise UnreadableImage(failure)
