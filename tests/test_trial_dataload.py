@@ -4,8 +4,11 @@ drops checked with mincore. Small sizes (tens of images): a smoke check of every
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -24,12 +27,25 @@ import writers  # noqa: E402
 N = 48
 
 
-def trial(*flags, timeout=300):
+def trial(*flags, timeout=300, env=None):
     proc = subprocess.run([sys.executable, str(TRIAL), *map(str, flags)], capture_output=True, text=True,
-                          timeout=timeout, cwd="/")
+                          timeout=timeout, cwd="/", env=env)
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("KIT-RESULT "), (proc.stdout, proc.stderr[-2000:])
     return proc.returncode, json.loads(lines[0][len("KIT-RESULT "):]), proc.stderr
+
+
+def _processes_marked(mark: str) -> list[int]:
+    """Live processes whose environment holds `mark` (a trial's children outliving it are reparented, not gone)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if mark.encode() in (d / "environ").read_bytes():
+                    found.append(int(d.name))
+            except OSError:  # exited meanwhile, or not ours to read
+                pass
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -152,13 +168,13 @@ def test_datasize_deletes_unless_kept_and_bad_input_is_one_line(made, tmp_path):
     assert rc == 1 and r["status"] == "error"  # no dataset.json here (and no GPU): an error line, not a traceback
 
 
-@pytest.mark.parametrize("fmt", ["folder", "ffcv"])
+@pytest.mark.parametrize("fmt", ["folder", "webdataset", "ffcv"])
 def test_a_dataset_folder_exists_only_whole(made, tmp_path, fmt):
     """A writer failing (or killed) midway leaves no half dataset at its folder: an interrupted run's next write
     of it must succeed, and a loader must never read a half one. A killed writer's hidden work folder is removed by
     the next write."""
-    if fmt == "ffcv":
-        pytest.importorskip("ffcv")
+    if fmt != "folder":
+        pytest.importorskip(fmt)
     m = corpus.read_manifest(made)
     out = tmp_path / "data" / fmt
     # A missing image is refused before anything is written (ffcv's writer would wait for ever on its worker).
@@ -166,13 +182,29 @@ def test_a_dataset_folder_exists_only_whole(made, tmp_path, fmt):
     with pytest.raises(ValueError, match="lacks 1 of its manifest's images, e.g. missing/0.jpg"):
         writers.write(made, missing, out, fmt, "jpeg90", 64, workers=1, seed=0)
     assert not out.exists()
-    if fmt == "folder":  # an image that does not decode: the writer fails after writing 5
+    if fmt == "folder":  # an image that does not decode: the writer fails after writing 5, naming it
         junk = tmp_path / "junk.jpg"
         junk.write_bytes(b"not a JPEG")
         broken = dict(m, files=[*m["files"][:5], dict(m["files"][5], file=str(junk))])
-        with pytest.raises(Exception):
+        with pytest.raises(writers.UnreadableImage, match=f"corpus image {junk} cannot be decoded"):
             writers.write(made, broken, out, fmt, "jpeg90", 64, workers=1, seed=0)
         assert not out.exists() and not list(out.parent.glob(f".{fmt}.writing-*"))
+    # A truncated JPEG, through the trial (a process of its own: ffcv's writer used to wait for ever on the worker
+    # that died on it, so a hang here ends at the subprocess's timeout, as a failure): the write returns by itself
+    # with one line naming the file, and leaves no dataset, no hidden sibling, no process and no shared memory.
+    cut = tmp_path / "cut"
+    shutil.copytree(made, cut)
+    bad = m["files"][20]["file"]
+    whole = (cut / bad).read_bytes()
+    (cut / bad).write_bytes(whole[: len(whole) // 3])
+    mark = f"kitctl-test-{uuid.uuid4().hex}"  # inherited by every process the trial starts
+    rc, r, err = trial("datasize", "--corpus", cut, "--out", out, "--format", fmt, "--encoding", "jpeg90",
+                       "--side", 64, "--workers", 2, "--keep", timeout=240, env={**os.environ, "KITCTL_TEST_MARK": mark})
+    assert rc == 1 and r["status"] == "error", (r, err[-2000:])
+    assert r["error"].startswith(f"corpus image {bad} cannot be decoded (OSError: image file is truncated"), r["error"]
+    assert not out.exists() and not list(out.parent.glob(f".{fmt}.writing-*"))
+    assert not _processes_marked(mark)
+    assert "leaked shared_memory" not in err
     stale = out.parent / f".{fmt}.writing-1"  # what a SIGKILLed writer leaves
     (stale / "train").mkdir(parents=True)
     info = writers.write(made, m, out, fmt, "jpeg90", 64, workers=1, seed=0)

@@ -95,7 +95,10 @@ def datasize(a, result: dict) -> None:
     import writers
 
     manifest = corpus.read_manifest(a.corpus)
-    info = writers.write(a.corpus, manifest, a.out, a.format, a.encoding, a.side, a.limit, a.workers, a.seed)
+    try:
+        info = writers.write(a.corpus, manifest, a.out, a.format, a.encoding, a.side, a.limit, a.workers, a.seed)
+    except writers.UnreadableImage as exc:  # bad input, not a bug: its line names the file
+        raise kittrial.TrialError(str(exc)) from None
     result.update(info)
     if not a.keep:
         shutil.rmtree(a.out, ignore_errors=True)

@@ -49,15 +49,24 @@ def check(fmt: str, encoding: str, side: int) -> None:
         raise ValueError(f"max side must be >= 32 px (got {side})")
 
 
+class UnreadableImage(ValueError):
+    """A corpus image that cannot be opened or decoded (truncated, corrupt, not an image); names the file."""
+
+
 def prepared(corpus: Path, entry: dict, side: int) -> np.ndarray:
     """The corpus image as HxWx3 uint8 with its long side at most `side` (area-downscaled)."""
-    with Image.open(corpus / entry["file"]) as im:
-        im = im.convert("RGB")
-        w, h = im.size
-        scale = side / max(w, h)
-        if scale < 1.0:
-            im = im.resize((max(1, round(w * scale)), max(1, round(h * scale))), Image.BOX)
-        return np.asarray(im, dtype=np.uint8)
+    try:
+        with Image.open(corpus / entry["file"]) as im:
+            im = im.convert("RGB")
+            w, h = im.size
+            scale = side / max(w, h)
+            if scale < 1.0:
+                im = im.resize((max(1, round(w * scale)), max(1, round(h * scale))), Image.BOX)
+            return np.asarray(im, dtype=np.uint8)
+    except Exception as exc:  # noqa: BLE001 - PIL raises OSError, SyntaxError (broken PNG), ValueError, ...
+        # One line naming the file: PIL's own message ("image file is truncated") does not say which.
+        text = " ".join(f"{type(exc).__name__}: {exc}".split())
+        raise UnreadableImage(f"corpus image {entry['file']} cannot be decoded ({text})") from exc
 
 
 def compressed(seed: int, index: int, mode: str) -> bool:
@@ -110,9 +119,12 @@ def _encoded(corpus: Path, files: list[dict], side: int, mode: str, quality: int
         for r in ranges:
             yield from _encode_range(r)
         return
-    with ProcessPoolExecutor(workers, initializer=_init_job, initargs=(job,)) as pool:
+    pool = ProcessPoolExecutor(workers, initializer=_init_job, initargs=(job,))
+    try:
         for part in pool.map(_encode_range, ranges):
             yield from part
+    finally:  # a failure (an image that does not decode) ends the write now, not after every queued range
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def shard_count(images: int) -> int:
@@ -132,7 +144,8 @@ def write(corpus: Path, manifest: dict, out: Path, fmt: str, encoding: str, side
     if out.exists():
         raise ValueError(f"{out} exists; a dataset is written into a new folder")
     files = manifest["files"][:limit] if limit else manifest["files"]
-    # Checked up front: ffcv's DatasetWriter waits for ever on a worker that died on an unreadable image.
+    # Checked up front, for every format alike (an image that exists but does not decode fails the write
+    # as it is met: UnreadableImage, naming the file; for ffcv see _Prepared).
     missing = [e["file"] for e in files if not (corpus / e["file"]).is_file()]
     if missing:
         raise ValueError(f"the corpus lacks {len(missing)} of its manifest's images, e.g. {missing[0]}")
@@ -204,19 +217,49 @@ def _write_files(corpus, files, out, fmt, side, mode, quality, seed, workers):
 
 
 class _Prepared:
-    """ffcv's DatasetWriter input: (pixels, label) per index, read in its worker processes."""
+    """ffcv's DatasetWriter input: (pixels, label) per index, read in its worker processes.
+
+    ffcv's parent polls a shared count of written samples until it reaches the total and never looks at its workers,
+    so a worker that raises (an image that does not decode) dies and the parent waits for ever. So nothing raises
+    here: the first failure's message goes into shared memory and from then on every worker gets a 1x1 placeholder
+    for each remaining sample, without reading it; the write ends within moments (encoding placeholders costs
+    microseconds), its workers exit normally, and `_write_ffcv` raises the message (the file is discarded)."""
+
+    PLACEHOLDER = np.zeros((1, 1, 3), np.uint8)
+    MESSAGE_BYTES = 1024
 
     def __init__(self, corpus: Path, files: list[dict], side: int):
+        import ctypes
+        import multiprocessing
+
         self.corpus, self.files, self.side = corpus, files, side
+        # The first failure, UTF-8; empty: none. Inherited by ffcv's worker processes (a Process argument).
+        self.failure = multiprocessing.Array(ctypes.c_char, self.MESSAGE_BYTES)
 
     def __len__(self) -> int:
         return len(self.files)
 
+    def failed(self) -> str | None:
+        return self.failure.value.decode(errors="replace") or None
+
     def __getitem__(self, i: int):
-        return prepared(self.corpus, self.files[i], self.side), self.files[i]["label"]
+        label = self.files[i]["label"]
+        if self.failure.value:
+            return self.PLACEHOLDER, label
+        try:
+            return prepared(self.corpus, self.files[i], self.side), label
+        except Exception as exc:  # noqa: BLE001 - raising here would hang ffcv's parent (see the class)
+            message = str(exc) if isinstance(exc, UnreadableImage) else f"{type(exc).__name__}: {exc}"
+            with self.failure.get_lock():  # a recursive lock: .value takes it too
+                if not self.failure.value:
+                    self.failure.value = " ".join(message.split()).encode()[: self.MESSAGE_BYTES - 1]
+            return self.PLACEHOLDER, label
 
 
 def _write_ffcv(corpus, files, out, side, mode, quality, workers):
+    import multiprocessing
+    from multiprocessing import shared_memory
+
     from ffcv.fields import IntField, RGBImageField
     from ffcv.reader import Reader
     from ffcv.writer import DatasetWriter
@@ -225,7 +268,29 @@ def _write_ffcv(corpus, files, out, side, mode, quality, workers):
     image = RGBImageField(write_mode=mode, max_resolution=side, jpeg_quality=quality or 90,
                           compress_probability=MIX_COMPRESS_PROBABILITY)
     writer = DatasetWriter(str(path), {"image": image, "label": IntField()}, num_workers=max(1, workers))
-    writer.from_indexed_dataset(_Prepared(corpus, files, side), chunksize=64)
+    dataset = _Prepared(corpus, files, side)
+    before = set(multiprocessing.active_children())
+    try:
+        writer.from_indexed_dataset(dataset, chunksize=64)
+    except BaseException:  # a signal (or a bug) midway: stop its workers now and free its shared memory
+        for p in set(multiprocessing.active_children()) - before:
+            p.terminate()
+            p.join(5)
+        sm = getattr(writer, "metadata_sm", None)
+        if isinstance(sm, shared_memory.SharedMemory):
+            sm.close()
+            sm.unlink()
+        raise
+    # ffcv never joins its workers: reap them (they exit once they have handed over their allocations), so none
+    # is left behind, not even as a zombie; one still alive after that is stopped.
+    for p in set(multiprocessing.active_children()) - before:
+        p.join(30)
+        if p.is_alive():
+            p.terminate()
+            p.join(5)
+    failure = dataset.failed()
+    if failure:
+        raise UnreadableImage(failure)
     reader = Reader(str(path))
     payload = int(reader.alloc_table["size"].sum())
     # ffcv's image metadata: mode 0 = JPEG, 1 = raw.
