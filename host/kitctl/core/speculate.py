@@ -19,6 +19,18 @@ line through the nearest recorded passes: only `guided` reads it, and a wrong gu
 a useless speculative candidate) or fails with a memory failure ("oom"). A retry-class outcome
 (timeout/crash/error) is not hypothesised: when one happens, the replay hands it to the strategy,
 which asks for the same batch again, and that retry becomes the next candidate, as on one GPU.
+
+Cancellation (`useless`): when a candidate ends, a running candidate of the same cell whose
+batch no future of the search can ask for any more is cancelled (the runner kills it through
+the runtime's interrupt, the Ctrl-C path, and records it under the cell's `cancelled`, never
+among the trials: it is neither a pass nor a memory failure, and the replay never sees it).
+"No future" is the hypothesis tree above, branching on every running candidate (pass / memory
+failure) and on at most one candidate not started yet (`horizon`: a retry, or the step the
+freed lane takes next), ending where the search is done or needs a second unstarted candidate.
+E.g. 8,192 on the path and 16,384 speculated on its pass: 8,192 fails, the search bisects below
+it, 16,384 is cancelled. A search that is done cancels everything still running. Cancelling
+only ever costs a re-run (a cancelled batch the search asks for later is simply run again):
+the answer stays the replay of the recorded trials.
 Pure functions, no I/O.
 """
 from __future__ import annotations
@@ -141,6 +153,56 @@ def candidates(decide: Decide, trials: Sequence[Trial], cfg: SearchConfig, k: in
                 queue.append((hist + (h,), taken, assumed | {b}))
             break
     return chosen
+
+
+def useless(decide: Decide, trials: Sequence[Trial], cfg: SearchConfig, running: Iterable[int],
+            horizon: int = 1) -> set[int]:
+    """The batches among `running` (the cell's candidates running now) that the search can no
+    longer use: no branch of the hypothesis tree asks for them, where a branch hypothesises
+    each running candidate's outcome and at most `horizon` candidates not started yet.
+    Everything when the search is done; nothing when the tree is larger than MAX_NODES (then
+    it cannot tell, and keeping a candidate is never wrong)."""
+    pending = set(running)
+    if not pending:
+        return set()
+    root = replay(decide, trials, cfg)
+    if root.decision.done:
+        return pending
+    used = set(root.path)
+    leftover: dict[int, list[Trial]] = {}
+    for i, t in enumerate(trials):
+        if i not in used:
+            leftover.setdefault(t[0], []).append(t)
+    needed: set[int] = set()
+    # A node: history, leftover trials used per batch, batches hypothesised, unstarted ones spent.
+    queue: deque[tuple[tuple[Trial, ...], dict[int, int], frozenset[int], int]] = deque(
+        [(root.history, {}, frozenset(), 0)])
+    seen = 0
+    while queue and needed != pending:
+        if seen >= MAX_NODES:
+            return set()
+        hist, taken, assumed, spent = queue.popleft()
+        seen += 1
+        while True:
+            d = decide(hist, cfg)
+            if d.done:
+                break
+            b = d.batch
+            n = taken.get(b, 0)
+            if n < len(leftover.get(b, ())):  # measured already: its real outcome
+                hist = hist + (leftover[b][n],)
+                taken = {**taken, b: n + 1}
+                continue
+            if b in pending and b not in assumed:
+                needed.add(b)
+            elif spent < horizon:  # not started (or a retry of one this branch assumed)
+                spent += 1
+            else:
+                break
+            for h in hypotheses(hist, b, cfg):
+                queue.append((hist + (h,), taken, assumed | {b}, spent))
+            break
+    return pending - needed
 
 
 @dataclass(frozen=True)
