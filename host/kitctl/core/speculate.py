@@ -231,3 +231,50 @@ def simulate(oracle: Callable[[int], Any], cfg: SearchConfig, strategy: str = "p
         for b in batch:
             answer = oracle(b)
             trials.append((b, *answer) if isinstance(answer, tuple) else (b, answer))
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A search on k lanes in simulated time: each candidate takes `duration(batch)` seconds."""
+
+    decision: Decision
+    trials: tuple[Trial, ...]  # every candidate recorded, in the order they ended (cancelled ones not)
+    path: tuple[int, ...]
+    wall_s: float  # until the answer, with nothing of the cell left running
+    busy_s: float  # lane-seconds spent on candidates, cancelled ones up to their cancellation
+    cancelled: int
+
+
+def simulate_lanes(oracle: Callable[[int], Any], cfg: SearchConfig, duration: Callable[[int], float],
+                   strategy: str = "protocol", k: int = 2, cancel: bool = True) -> Timed:
+    """The runner's loop in simulated time (tests, replays of recorded runs): a free lane takes
+    `candidates(1, running)`; when a candidate ends it is recorded and, with `cancel`, the
+    running candidates `useless` names are dropped at once (their lanes are free again)."""
+    decide = STRATEGIES[strategy]
+    trials: list[Trial] = []
+    running: list[tuple[float, int, int, float]] = []  # (end, order, batch, start)
+    now = busy = 0.0
+    order = cancelled = 0
+    while True:
+        r = replay(decide, trials, cfg)
+        if r.decision.done and not running:
+            return Timed(r.decision, tuple(trials), r.path, now, busy, cancelled)
+        while len(running) < k and not r.decision.done:
+            c = candidates(decide, trials, cfg, 1, [x[2] for x in running])
+            if not c:
+                break
+            running.append((now + float(duration(c[0])), order, c[0], now))
+            order += 1
+        if not running:  # pragma: no cover - the sequential next batch is always a candidate
+            raise RuntimeError("no candidate while the search is not done")
+        running.sort()
+        end, _, b, start = running.pop(0)
+        now, busy = end, busy + end - start
+        answer = oracle(b)
+        trials.append((b, *answer) if isinstance(answer, tuple) else (b, answer))
+        if cancel:
+            gone = useless(decide, trials, cfg, [x[2] for x in running])
+            for x in [x for x in running if x[2] in gone]:
+                running.remove(x)
+                cancelled += 1
+                busy += now - x[3]
