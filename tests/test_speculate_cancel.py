@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
+
+import pytest
 
 from test_gpus import _setup, answers
 from test_speculate_lanes import EAGER, UUIDS3, on_path_batches
@@ -139,3 +142,42 @@ def test_a_useless_speculation_is_killed_recorded_apart_and_resumes_to_the_same_
     [c3] = done["results"]
     assert on_path_batches(c3, cfg) == [t["batch"] for t in c1["trials"]]
     assert c3["cancelled"] == gone
+
+
+# -- the Docker runtime: the same cancel (its interrupt, from another lane's thread) -----------
+
+@pytest.mark.docker
+def test_docker_interrupt_from_another_thread_ends_the_run_and_removes_the_container(request):
+    """What the runner relies on: `interrupt()` called by another lane's thread ends the lane's
+    `run` normally (no exception in the lane), killed_by kit_interrupt (no memory failure, no
+    pass), and the container is gone. A real container of the CI pytorch image, hanging."""
+    pytest.importorskip("docker")
+    client, image = request.getfixturevalue("client"), request.getfixturevalue("image")
+    from kitctl.core.outcome import KilledBy, MemoryPeaks
+    from kitctl.runtimes.docker import LABEL_RUN_ID, DockerRuntime, remove_run_containers
+
+    run_id = f"test-speccancel-{os.getpid()}"
+    rt = DockerRuntime(image, run_id=run_id, device="cpu", client=client, env={"KIT_TRIAL_FAULT": "hang"})
+    seen: list[str] = []
+
+    class CancelOnStart:  # a watcher that, like the runner's cancel, interrupts from another thread
+        over_budget = False
+
+        def prepare(self) -> None: ...
+
+        def start(self, handle) -> None:
+            seen.append(handle.container.id)
+            threading.Timer(1.0, rt.interrupt).start()
+
+        def stop(self) -> MemoryPeaks:
+            return MemoryPeaks()
+
+    try:
+        out = rt.run(TrialRequest("pytorch-eager", "eager", "maxbatch", 400, "fp32", "cpu", model="resnet50",
+                                  dataset="synthetic"), timeout_s=120, watcher=CancelOnStart())
+        assert seen and out.killed_by is KilledBy.KIT_INTERRUPT and out.elapsed_s < 60
+        assert not out.passed and not out.status.is_memory_failure
+        assert client.containers.list(all=True, filters={"label": f"{LABEL_RUN_ID}={run_id}"}) == []
+    finally:
+        remove_run_containers(client, run_id)
+        rt.close()
