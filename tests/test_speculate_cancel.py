@@ -41,7 +41,7 @@ import json, os, subprocess, sys, time
 b, d = int(sys.argv[1]), sys.argv[2]
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(90)"])
 open(os.path.join(d, f"{{b}}-{{os.getpid()}}-{{child.pid}}"), "w").close()
-time.sleep(60 if b > {SLOW_ABOVE} else 1.0 if b > 200 else 0.05)
+time.sleep(60 if b > {SLOW_ABOVE} else 2.0 if b > 200 else 0.05)
 ok = b <= {CAP}
 child.kill()
 print("KIT-RESULT " + json.dumps({{"protocol": 1, "engine": "pytorch-eager", "mode": "eager", "precision": "fp32",
@@ -101,7 +101,7 @@ def test_a_useless_speculation_is_killed_recorded_apart_and_resumes_to_the_same_
         f.unlink()
 
     # Two lanes: 128 and 256 run side by side; 128 passes first, its lane speculates on 400
-    # (256 passing, doubled up to --max-batch); 256 fails a second later and 400 is cancelled.
+    # (256 passing, doubled up to --max-batch); 256 fails two seconds later and 400 is cancelled.
     r = runner(tmp_path / "two", cfg, [SlowTrialRuntime(pids, "c2a"), SlowTrialRuntime(pids, "c2b")])
     two = r.run()
     [c], [c1] = two["results"], one["results"]
