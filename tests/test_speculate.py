@@ -19,7 +19,7 @@ from hypothesis import given, settings, strategies as st
 from kitctl.benchmarks.maxbatch.replay import oracle_of, search_config
 from kitctl.core.outcome import SearchStatus, Status
 from kitctl.core.search import STRATEGIES, SearchConfig, run_search
-from kitctl.core.speculate import candidates, replay, simulate
+from kitctl.core.speculate import candidates, replay, simulate, simulate_lanes, useless
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 RETRYABLE = [Status.TIMEOUT, Status.CRASH, Status.ERROR]
@@ -51,9 +51,10 @@ def same(d, ref) -> bool:
     return (d.done, d.status, d.max_batch, d.next_batch) == (ref.done, ref.status, ref.max_batch, ref.next_batch)
 
 
-def async_lanes(make_gpu, cfg: SearchConfig, strategy: str, k: int, rng: random.Random):
+def async_lanes(make_gpu, cfg: SearchConfig, strategy: str, k: int, rng: random.Random, cancel: bool = False):
     """k lanes that finish in random order: a free lane takes `candidates(1, pending)`, as the
-    runner does; returns (replay, every recorded trial)."""
+    runner does; with `cancel`, after each recorded trial the running candidates `useless` names
+    are dropped unrecorded, as the runner kills them; returns (replay, every recorded trial)."""
     decide = STRATEGIES[strategy]
     gpu = make_gpu()
     trials: list[tuple] = []
@@ -70,6 +71,9 @@ def async_lanes(make_gpu, cfg: SearchConfig, strategy: str, k: int, rng: random.
         # One running candidate (a random lane) finishes and is recorded.
         b = running.pop(rng.randrange(len(running)))
         trials.append((b, *gpu(b)))
+        if cancel:
+            gone = useless(decide, trials, cfg, running)
+            running = [x for x in running if x not in gone]
     raise AssertionError("did not finish")
 
 
@@ -86,6 +90,13 @@ def check_all_k(make_gpu, cfg: SearchConfig, strategy: str, seed: int = 0):
             assert sim.rounds <= len(hist)
         r, trials = async_lanes(make_gpu, cfg, strategy, k, random.Random(seed + k))
         assert same(r.decision, ref) and list(r.history) == hist
+        # Cancelling useless candidates changes what is measured, never the answer or its path.
+        r, trials = async_lanes(make_gpu, cfg, strategy, k, random.Random(seed + k), cancel=True)
+        assert same(r.decision, ref) and list(r.history) == hist
+        rng = random.Random(seed)
+        secs = {}
+        t = simulate_lanes(make_gpu(), cfg, lambda b: secs.setdefault(b, rng.uniform(1, 60)), strategy, k)
+        assert same(t.decision, ref) and [t.trials[i] for i in t.path] == hist
     return ref, hist
 
 
@@ -161,6 +172,36 @@ def test_a_timeout_is_retried_as_the_next_candidate():
     assert candidates(decide, trials, cfg, 2)[0] == 200  # the retry first, as on one GPU
 
 
+def test_a_failure_on_the_path_makes_the_speculation_above_it_useless():
+    """Lane 0 runs 8,192 (on the path), lane 1 16,384 (speculating that 8,192 passes)."""
+    cfg = SearchConfig(128, 100_000)
+    decide = STRATEGIES["protocol"]
+    trials = [(b, Status.OK) for b in (128, 256, 512, 1024, 2048, 4096)]
+    assert candidates(decide, trials, cfg, 2) == [8192, 16384]
+    assert useless(decide, trials, cfg, [8192, 16384]) == set()  # both still possible
+    assert useless(decide, trials + [(8192, Status.OOM)], cfg, [16384]) == {16384}  # bisects below
+    assert useless(decide, trials + [(8192, Status.OK)], cfg, [16384]) == set()  # the path's next
+    # A timeout at 8,192: the retry comes first, then 16,384 may still be needed (one unstarted
+    # candidate, the retry, is within the horizon).
+    assert useless(decide, trials + [(8192, Status.TIMEOUT)], cfg, [16384]) == set()
+    assert useless(decide, trials + [(8192, Status.TIMEOUT)], cfg, [16384], horizon=0) == {16384}
+
+
+def test_quarter_points_after_the_midpoint_ends():
+    cfg = SearchConfig(100, 1000)
+    decide = STRATEGIES["protocol"]
+    trials = [(100, Status.OK), (200, Status.OOM)]
+    assert useless(decide, trials, cfg, [150, 175, 125]) == set()
+    assert useless(decide, trials + [(150, Status.OK)], cfg, [175, 125]) == {125}
+    assert useless(decide, trials + [(150, Status.OOM)], cfg, [175, 125]) == {175}
+
+
+def test_a_done_search_cancels_everything_still_running():
+    cfg = SearchConfig(4, 4)
+    assert useless(STRATEGIES["protocol"], [(4, Status.OK)], cfg, [2, 3]) == {2, 3}
+    assert useless(STRATEGIES["protocol"], [(4, Status.OK)], cfg, []) == set()
+
+
 def test_done_means_no_candidates():
     cfg = SearchConfig(4, 4)
     assert candidates(STRATEGIES["protocol"], [(4, Status.OK)], cfg, 3) == []
@@ -208,3 +249,30 @@ def test_committed_h200_searches_same_answers_in_fewer_rounds(capsys):
                       f"expected speed-up {seq[s] / rounds:.2f}x")
     # Protocol's doubling and bisection: two levels at k = 3, so well under the sequential count.
     assert sum(r[5][3] for r in rows if r[3] == "protocol") < 0.75 * seq["protocol"]
+
+
+def test_committed_h200_searches_cancellation_saves_wall_time_in_replay(capsys):
+    """Replayed, not measured: each committed cell's search on k lanes in simulated time, a
+    candidate taking the recorded elapsed_s of its batch (of the nearest recorded batch when the
+    run never tested it), with and without cancelling useless candidates."""
+    total = {}
+    for name, doc, cell in committed_cells():
+        el = {t["batch"]: t["elapsed_s"] for t in cell["trials"] if t.get("elapsed_s") is not None}
+        cfg = search_config(doc, cell)
+        for strategy in ("protocol", "guided"):
+            ref, _ = run_search(oracle_of(cell), cfg, strategy)
+            for k in (2, 3):
+                for cancel in (False, True):
+                    t = simulate_lanes(oracle_of(cell), cfg, lambda b: el[min(el, key=lambda x: (abs(x - b), x))],
+                                       strategy, k, cancel)
+                    assert same(t.decision, ref), (name, cell["engine"], strategy, k, cancel)
+                    w, c, n = total.get((strategy, k, cancel), (0.0, 0, 0))
+                    total[strategy, k, cancel] = (w + t.wall_s, c + t.cancelled, n + 1)
+    for strategy in ("protocol", "guided"):
+        for k in (2, 3):
+            (w0, _, n), (w1, c, _) = total[strategy, k, False], total[strategy, k, True]
+            assert w1 <= w0
+            with capsys.disabled():
+                print(f"\nREPLAY (recorded elapsed_s, not measured) {strategy} k={k}, {n} committed searches: "
+                      f"{w0:.0f} s without cancelling, {w1:.0f} s with ({c} candidates cancelled), "
+                      f"{100 * (w0 - w1) / w0:.0f} % less wall time")

@@ -19,6 +19,18 @@ line through the nearest recorded passes: only `guided` reads it, and a wrong gu
 a useless speculative candidate) or fails with a memory failure ("oom"). A retry-class outcome
 (timeout/crash/error) is not hypothesised: when one happens, the replay hands it to the strategy,
 which asks for the same batch again, and that retry becomes the next candidate, as on one GPU.
+
+Cancellation (`useless`): when a candidate ends, a running candidate of the same cell whose
+batch no future of the search can ask for any more is cancelled (the runner kills it through
+the runtime's interrupt, the Ctrl-C path, and records it under the cell's `cancelled`, never
+among the trials: it is neither a pass nor a memory failure, and the replay never sees it).
+"No future" is the hypothesis tree above, branching on every running candidate (pass / memory
+failure) and on at most one candidate not started yet (`horizon`: a retry, or the step the
+freed lane takes next), ending where the search is done or needs a second unstarted candidate.
+E.g. 8,192 on the path and 16,384 speculated on its pass: 8,192 fails, the search bisects below
+it, 16,384 is cancelled. A search that is done cancels everything still running. Cancelling
+only ever costs a re-run (a cancelled batch the search asks for later is simply run again):
+the answer stays the replay of the recorded trials.
 Pure functions, no I/O.
 """
 from __future__ import annotations
@@ -143,6 +155,56 @@ def candidates(decide: Decide, trials: Sequence[Trial], cfg: SearchConfig, k: in
     return chosen
 
 
+def useless(decide: Decide, trials: Sequence[Trial], cfg: SearchConfig, running: Iterable[int],
+            horizon: int = 1) -> set[int]:
+    """The batches among `running` (the cell's candidates running now) that the search can no
+    longer use: no branch of the hypothesis tree asks for them, where a branch hypothesises
+    each running candidate's outcome and at most `horizon` candidates not started yet.
+    Everything when the search is done; nothing when the tree is larger than MAX_NODES (then
+    it cannot tell, and keeping a candidate is never wrong)."""
+    pending = set(running)
+    if not pending:
+        return set()
+    root = replay(decide, trials, cfg)
+    if root.decision.done:
+        return pending
+    used = set(root.path)
+    leftover: dict[int, list[Trial]] = {}
+    for i, t in enumerate(trials):
+        if i not in used:
+            leftover.setdefault(t[0], []).append(t)
+    needed: set[int] = set()
+    # A node: history, leftover trials used per batch, batches hypothesised, unstarted ones spent.
+    queue: deque[tuple[tuple[Trial, ...], dict[int, int], frozenset[int], int]] = deque(
+        [(root.history, {}, frozenset(), 0)])
+    seen = 0
+    while queue and needed != pending:
+        if seen >= MAX_NODES:
+            return set()
+        hist, taken, assumed, spent = queue.popleft()
+        seen += 1
+        while True:
+            d = decide(hist, cfg)
+            if d.done:
+                break
+            b = d.batch
+            n = taken.get(b, 0)
+            if n < len(leftover.get(b, ())):  # measured already: its real outcome
+                hist = hist + (leftover[b][n],)
+                taken = {**taken, b: n + 1}
+                continue
+            if b in pending and b not in assumed:
+                needed.add(b)
+            elif spent < horizon:  # not started (or a retry of one this branch assumed)
+                spent += 1
+            else:
+                break
+            for h in hypotheses(hist, b, cfg):
+                queue.append((hist + (h,), taken, assumed | {b}, spent))
+            break
+    return pending - needed
+
+
 @dataclass(frozen=True)
 class Simulated:
     decision: Decision
@@ -169,3 +231,50 @@ def simulate(oracle: Callable[[int], Any], cfg: SearchConfig, strategy: str = "p
         for b in batch:
             answer = oracle(b)
             trials.append((b, *answer) if isinstance(answer, tuple) else (b, answer))
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A search on k lanes in simulated time: each candidate takes `duration(batch)` seconds."""
+
+    decision: Decision
+    trials: tuple[Trial, ...]  # every candidate recorded, in the order they ended (cancelled ones not)
+    path: tuple[int, ...]
+    wall_s: float  # until the answer, with nothing of the cell left running
+    busy_s: float  # lane-seconds spent on candidates, cancelled ones up to their cancellation
+    cancelled: int
+
+
+def simulate_lanes(oracle: Callable[[int], Any], cfg: SearchConfig, duration: Callable[[int], float],
+                   strategy: str = "protocol", k: int = 2, cancel: bool = True) -> Timed:
+    """The runner's loop in simulated time (tests, replays of recorded runs): a free lane takes
+    `candidates(1, running)`; when a candidate ends it is recorded and, with `cancel`, the
+    running candidates `useless` names are dropped at once (their lanes are free again)."""
+    decide = STRATEGIES[strategy]
+    trials: list[Trial] = []
+    running: list[tuple[float, int, int, float]] = []  # (end, order, batch, start)
+    now = busy = 0.0
+    order = cancelled = 0
+    while True:
+        r = replay(decide, trials, cfg)
+        if r.decision.done and not running:
+            return Timed(r.decision, tuple(trials), r.path, now, busy, cancelled)
+        while len(running) < k and not r.decision.done:
+            c = candidates(decide, trials, cfg, 1, [x[2] for x in running])
+            if not c:
+                break
+            running.append((now + float(duration(c[0])), order, c[0], now))
+            order += 1
+        if not running:  # pragma: no cover - the sequential next batch is always a candidate
+            raise RuntimeError("no candidate while the search is not done")
+        running.sort()
+        end, _, b, start = running.pop(0)
+        now, busy = end, busy + end - start
+        answer = oracle(b)
+        trials.append((b, *answer) if isinstance(answer, tuple) else (b, answer))
+        if cancel:
+            gone = useless(decide, trials, cfg, [x[2] for x in running])
+            for x in [x for x in running if x[2] in gone]:
+                running.remove(x)
+                cancelled += 1
+                busy += now - x[3]

@@ -71,7 +71,10 @@ def meta_count(src: Source) -> str:
     calib = sum(1 for c in d["results"] if c.get("calibration"))
     # Speculative candidates (--gpus, more GPUs than cells) were measured but the answer does not use them.
     off = sum(1 for c in d["results"] for t in c.get("trials", []) if t.get("on_path") is False)
+    # Cancelled once the search could no longer use them: killed, no measurement, not counted above.
+    gone = sum(len(c.get("cancelled") or []) for c in d["results"])
     return (f"{cands} candidates" + (f" ({off} speculative, off the search's path)" if off else "")
+            + (f" + {gone} speculative cancelled unfinished" if gone else "")
             + (f" + {calib} calibration" if calib else ""))
 
 

@@ -14,11 +14,11 @@ from typing import Any, Callable, Sequence
 from ...core.artifact import utc_iso
 from ...core.budget import Budget, BudgetError, framework_budget, overhead_from
 from ...core.engines import Engine
-from ...core.outcome import SearchStatus, TrialOutcome
+from ...core.outcome import KilledBy, SearchStatus, TrialOutcome
 from ...core.protocol import TrialRequest
 from ...core.watch import Watcher
 from ...core.search import STRATEGIES, SearchConfig
-from ...core.speculate import candidates, replay
+from ...core.speculate import candidates, replay, useless
 from ...core.signals import Interrupted  # noqa: F401  (re-exported: SIGINT/SIGTERM/SIGHUP during a run)
 from ...runner import UnitRunner, find_cell
 from ...runtimes.base import Runtime
@@ -103,6 +103,15 @@ class _Stopped(Exception):
     """A lane's worker was told to stop (another lane failed, or a signal): record nothing more."""
 
 
+@dataclass(eq=False)
+class _Run:
+    """A candidate running on a lane; `cancelled` once the search no longer needs it."""
+
+    batch: int
+    lane: Lane
+    cancelled: str | None = None  # why (recorded with it)
+
+
 @dataclass
 class _Search:
     """A cell being searched, shared by the lanes running its candidates: the lane that calibrated
@@ -114,7 +123,12 @@ class _Search:
     lane: Lane
     fw_budget: int | None
     search: SearchConfig
-    running: list[int] = field(default_factory=list)  # batches of its candidates running now
+    runs: list[_Run] = field(default_factory=list)  # its candidates running now
+
+    @property
+    def running(self) -> list[int]:
+        """The batches of its candidates running now and not cancelled."""
+        return [r.batch for r in self.runs if r.cancelled is None]
 
 
 @dataclass
@@ -350,7 +364,7 @@ class Runner(UnitRunner):
                 if not pick:
                     if not owner:
                         return False
-                    if r.decision.done and not job.running:
+                    if r.decision.done and not job.runs:  # cancelled ones recorded too
                         self._mark_path(job)  # a resumed cell may end without a new candidate
                         d = r.decision
                         self._finish(cell, d.status, d.max_batch, d.next_batch, d.reason)
@@ -360,24 +374,53 @@ class Runner(UnitRunner):
                 batch = pick[0]
                 attempt = 1 + sum(1 for t in trials if t[0] == batch) + job.running.count(batch)
                 what = "retry" if attempt > 1 else "search" if batch == r.decision.batch else "speculative"
-                job.running.append(batch)
+                run = _Run(batch, lane)
+                job.runs.append(run)
             try:
                 req = self._request(engine, precision, batch, job.fw_budget)
                 self.view.candidate_started(engine.name, precision, batch, what)
+                # A cancel that lands before the runtime holds the process kills nothing: the candidate
+                # then ends by itself and is recorded as the measurement it is.
                 out = self._candidate(lane, req)
                 out.attempt = attempt
-                self.view.candidate_done(engine.name, precision, out, what)
+                # Killed because the search no longer needs it (and not done by itself first): its
+                # outcome is no measurement. Kept beside the trials, never among them.
+                cancelled = run.cancelled is not None and out.killed_by is KilledBy.KIT_INTERRUPT
+                self.view.candidate_done(engine.name, precision, out, "cancelled" if cancelled else what)
                 with cond:
-                    self._record_versions(engine, out)
-                    cell["trials"].append(self._trial_json(lane, out))
-                    self._mark_path(job)
+                    if cancelled:
+                        rec = self._trial_json(lane, out)
+                        rec.update(on_path=False, cancelled_because=run.cancelled)
+                        cell.setdefault("cancelled", []).append(rec)
+                    else:
+                        self._record_versions(engine, out)
+                        cell["trials"].append(self._trial_json(lane, out))
+                        self._mark_path(job)
                     self.save()
             finally:
                 with cond:
-                    job.running.remove(batch)
+                    job.runs.remove(run)
+                    if not self._stop.is_set():
+                        self._cancel_useless(job)
                     cond.notify_all()
             if not owner:
                 return True
+
+    def _cancel_useless(self, job: _Search) -> None:
+        """Kill the cell's running candidates the search can no longer use (under the lock), through
+        the lane runtime's interrupt (the Ctrl-C path: process group or container killed and
+        removed by the lane's own `run`); the lane records the cancellation and is free at once."""
+        live = [r for r in job.runs if r.cancelled is None]
+        if not live:
+            return
+        trials = [trial_entry(t) for t in job.cell["trials"]]
+        gone = useless(STRATEGIES[self.plan.strategy], trials, job.search, [r.batch for r in live])
+        for r in live:
+            if r.batch in gone:
+                r.cancelled = "speculation: the search can no longer use this batch"
+                stop = getattr(r.lane.runtime, "interrupt", None)
+                if stop is not None:
+                    stop()
 
     def _mark_path(self, job: _Search) -> None:
         """Record on each trial whether the sequential search's path uses it (under the lock)."""
