@@ -23,6 +23,14 @@ def _peak_text(o: TrialOutcome) -> str:
     return "—"
 
 
+CANCELLED = "cancelled"  # the runner's `what` for a speculative candidate it stopped (core/speculate.py)
+
+
+def _done_text(o: TrialOutcome, what: str) -> str:
+    # A cancelled speculation was killed by the kit (kit_interrupt), not by a crash: say why it ended.
+    return "stopped, the search no longer needs it" if what == CANCELLED else _state_text(o)
+
+
 def _state_text(o: TrialOutcome) -> str:
     s = o.status.value
     if o.killed_by.value != "none":
@@ -44,7 +52,7 @@ class PlainView:
 
     def candidate_done(self, engine: str, precision: str, o: TrialOutcome, what: str) -> None:
         self._p(f"[{time.strftime('%H:%M:%S')}] {engine} {precision} batch {o.batch} ({what}): "
-                f"{_state_text(o)}, peak {_peak_text(o)} MiB, {o.elapsed_s:.1f} s")
+                f"{_done_text(o, what)}, peak {_peak_text(o)} MiB, {o.elapsed_s:.1f} s")
 
     def note(self, text: str) -> None:
         self._p(text)
@@ -81,8 +89,9 @@ class LiveView:
         self.live.refresh()
 
     def candidate_done(self, engine: str, precision: str, o: TrialOutcome, what: str) -> None:
-        style = "green" if o.passed else ("yellow" if o.status.is_memory_failure else "red")
-        self.rows[-1] = [engine, precision, f"{o.batch:,}", what, f"[{style}]{_state_text(o)}[/{style}]",
+        style = "dim" if what == CANCELLED else "green" if o.passed else (
+            "yellow" if o.status.is_memory_failure else "red")
+        self.rows[-1] = [engine, precision, f"{o.batch:,}", what, f"[{style}]{_done_text(o, what)}[/{style}]",
                          _peak_text(o), f"{o.elapsed_s:.1f}"]
         self.started = None
         self.live.refresh()

@@ -22,6 +22,7 @@ from ...core.speculate import candidates, replay, useless
 from ...core.signals import Interrupted  # noqa: F401  (re-exported: SIGINT/SIGTERM/SIGHUP during a run)
 from ...runner import UnitRunner, find_cell
 from ...runtimes.base import Runtime
+from ...view import CANCELLED
 
 
 @dataclass
@@ -386,7 +387,7 @@ class Runner(UnitRunner):
                 # Killed because the search no longer needs it (and not done by itself first): its
                 # outcome is no measurement. Kept beside the trials, never among them.
                 cancelled = run.cancelled is not None and out.killed_by is KilledBy.KIT_INTERRUPT
-                self.view.candidate_done(engine.name, precision, out, "cancelled" if cancelled else what)
+                self.view.candidate_done(engine.name, precision, out, CANCELLED if cancelled else what)
                 with cond:
                     if cancelled:
                         rec = self._trial_json(lane, out)
