@@ -177,19 +177,29 @@ def test_committed_artifacts_match_the_schema():
     assert found >= 1
 
 
-def test_a_clean_matching_stamp_beats_an_old_dirty_git_in_the_copy(tmp_path):
-    # The GPU machine's copy carried a .git of an older commit while the tree was newer: git says
-    # "old commit, dirty"; the stamp written here says which commit the code really is.
+def _copy_with_old_git(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A copy of the kit with a .git of its own, one commit: the GPU machine's copy of an older checkout."""
     copy = _copy_kit(tmp_path / "kit")
     git = ["git", "-C", str(copy), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "add", "-A"], check=True)
     subprocess.run([*git, "commit", "-qm", "old"], check=True)
+    return copy, git
+
+
+def _stamp_hash(copy: Path) -> str:
+    r = _in_copy(copy, "import kitctl.core.provenance as p, pathlib; print(p._stamp_code(pathlib.Path('.').resolve()).sha256)")
+    return r.stdout.strip()
+
+
+def test_a_clean_matching_stamp_beats_an_old_dirty_git_in_the_copy(tmp_path):
+    # The GPU machine's copy carried a .git of an older commit while the tree was newer: git says
+    # "old commit, dirty"; the stamp written here says which commit the code really is.
+    copy, _ = _copy_with_old_git(tmp_path)
     f = copy / "host/kitctl/core/stats.py"
     f.write_text(f.read_text() + "\n")  # the tree moves on: git is dirty now
     assert _kit_info_in(copy)["git_source"] == "git" and _kit_info_in(copy)["git_dirty"] is True
-    r = _in_copy(copy, "import kitctl.core.provenance as p, pathlib; print(p._stamp_code(pathlib.Path('.').resolve()).sha256)")
-    code = r.stdout.strip()
+    code = _stamp_hash(copy)
     (copy / STAMP_FILE).write_text(f"{HEX40}\ndirty=false\ncode_sha256={code}\n")
     info = _kit_info_in(copy)
     assert (info["git_commit"], info["git_dirty"], info["git_source"]) == (HEX40, False, "stamp")
@@ -201,16 +211,11 @@ def test_a_stamp_of_a_commit_the_old_git_lacks_beats_a_clean_looking_git(tmp_pat
     # 2026-12-01: the newer commits had only added a file, untracked to the copy's old .git, so git
     # said "old commit, clean". A clean matching stamp of a commit that .git does not hold wins;
     # one of a commit it holds (a stale stamp here, where .git is current) does not.
-    copy = _copy_kit(tmp_path / "kit")
-    git = ["git", "-C", str(copy), "-c", "user.name=t", "-c", "user.email=t@t"]
-    subprocess.run([*git, "init", "-q"], check=True)
-    subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-qm", "old"], check=True)
+    copy, git = _copy_with_old_git(tmp_path)
     (copy / "tools-new.sh").write_text("echo\n")  # the newer commit's only change: untracked here
     old = _kit_info_in(copy)
     assert (old["git_source"], old["git_dirty"]) == ("git", False)
-    r = _in_copy(copy, "import kitctl.core.provenance as p, pathlib; print(p._stamp_code(pathlib.Path('.').resolve()).sha256)")
-    code = r.stdout.strip()
+    code = _stamp_hash(copy)
     (copy / STAMP_FILE).write_text(f"{HEX40}\ndirty=false\ncode_sha256={code}\n")
     info = _kit_info_in(copy)
     assert (info["git_commit"], info["git_dirty"], info["git_source"]) == (HEX40, False, "stamp")

@@ -103,6 +103,31 @@ def hypotheses(history: Sequence[Trial], batch: int, cfg: SearchConfig) -> tuple
     return (batch, Status.OK, guess_peak(history, batch, cfg)), (batch, Status.OOM, None)
 
 
+def _leftover(trials: Sequence[Trial], root: Replayed) -> dict[int, list[Trial]]:
+    """The recorded trials off the replayed path, per batch: real outcomes, not hypotheses."""
+    used = set(root.path)
+    leftover: dict[int, list[Trial]] = {}
+    for i, t in enumerate(trials):
+        if i not in used:
+            leftover.setdefault(t[0], []).append(t)
+    return leftover
+
+
+def _advance(decide: Decide, hist: tuple[Trial, ...], taken: dict[int, int], leftover: dict[int, list[Trial]],
+             cfg: SearchConfig) -> tuple[Decision, tuple[Trial, ...], dict[int, int]]:
+    """Follow the strategy along one branch through batches measured already (speculatively), until it is
+    done or asks for a batch with no measurement left: (that decision, the branch's history, leftovers used)."""
+    while True:
+        d = decide(hist, cfg)
+        if d.done:
+            return d, hist, taken
+        n = taken.get(d.batch, 0)
+        if n >= len(leftover.get(d.batch, ())):
+            return d, hist, taken
+        hist = hist + (leftover[d.batch][n],)
+        taken = {**taken, d.batch: n + 1}
+
+
 def candidates(decide: Decide, trials: Sequence[Trial], cfg: SearchConfig, k: int,
                pending: Iterable[int] = ()) -> list[int]:
     """Up to k batches to start now, best first, given the recorded trials and the batches
@@ -118,11 +143,7 @@ def candidates(decide: Decide, trials: Sequence[Trial], cfg: SearchConfig, k: in
     root = replay(decide, trials, cfg)
     if root.decision.done:
         return []
-    used = set(root.path)
-    leftover: dict[int, list[Trial]] = {}  # recorded trials off the path: real outcomes, not hypotheses
-    for i, t in enumerate(trials):
-        if i not in used:
-            leftover.setdefault(t[0], []).append(t)
+    leftover = _leftover(trials, root)
     running = set(pending)
     chosen: list[int] = []
     # A node: the history one hypothetical future would hand the strategy, how many leftover
@@ -133,25 +154,17 @@ def candidates(decide: Decide, trials: Sequence[Trial], cfg: SearchConfig, k: in
     while queue and len(chosen) < k and seen < MAX_NODES:
         hist, taken, assumed = queue.popleft()
         seen += 1
-        while True:
-            d = decide(hist, cfg)
-            if d.done:
+        d, hist, taken = _advance(decide, hist, taken, leftover, cfg)
+        b = d.batch
+        # Done, or asks again for a batch this branch assumed (a retry, not hypothesised): a leaf.
+        if d.done or b in assumed:
+            continue
+        if b not in running and b not in chosen:
+            chosen.append(b)
+            if len(chosen) >= k:
                 break
-            b = d.batch
-            n = taken.get(b, 0)
-            if n < len(leftover.get(b, ())):  # measured already (speculatively): follow it
-                hist = hist + (leftover[b][n],)
-                taken = {**taken, b: n + 1}
-                continue
-            if b in assumed:  # asks again for a batch this branch assumed: a retry, not hypothesised
-                break
-            if b not in running and b not in chosen:
-                chosen.append(b)
-                if len(chosen) >= k:
-                    break
-            for h in hypotheses(hist, b, cfg):
-                queue.append((hist + (h,), taken, assumed | {b}))
-            break
+        for h in hypotheses(hist, b, cfg):
+            queue.append((hist + (h,), taken, assumed | {b}))
     return chosen
 
 
@@ -168,11 +181,7 @@ def useless(decide: Decide, trials: Sequence[Trial], cfg: SearchConfig, running:
     root = replay(decide, trials, cfg)
     if root.decision.done:
         return pending
-    used = set(root.path)
-    leftover: dict[int, list[Trial]] = {}
-    for i, t in enumerate(trials):
-        if i not in used:
-            leftover.setdefault(t[0], []).append(t)
+    leftover = _leftover(trials, root)
     needed: set[int] = set()
     # A node: history, leftover trials used per batch, batches hypothesised, unstarted ones spent.
     queue: deque[tuple[tuple[Trial, ...], dict[int, int], frozenset[int], int]] = deque(
@@ -183,25 +192,18 @@ def useless(decide: Decide, trials: Sequence[Trial], cfg: SearchConfig, running:
             return set()
         hist, taken, assumed, spent = queue.popleft()
         seen += 1
-        while True:
-            d = decide(hist, cfg)
-            if d.done:
-                break
-            b = d.batch
-            n = taken.get(b, 0)
-            if n < len(leftover.get(b, ())):  # measured already: its real outcome
-                hist = hist + (leftover[b][n],)
-                taken = {**taken, b: n + 1}
-                continue
-            if b in pending and b not in assumed:
-                needed.add(b)
-            elif spent < horizon:  # not started (or a retry of one this branch assumed)
-                spent += 1
-            else:
-                break
-            for h in hypotheses(hist, b, cfg):
-                queue.append((hist + (h,), taken, assumed | {b}, spent))
-            break
+        d, hist, taken = _advance(decide, hist, taken, leftover, cfg)
+        if d.done:
+            continue
+        b = d.batch
+        if b in pending and b not in assumed:
+            needed.add(b)
+        elif spent < horizon:  # not started (or a retry of one this branch assumed)
+            spent += 1
+        else:
+            continue
+        for h in hypotheses(hist, b, cfg):
+            queue.append((hist + (h,), taken, assumed | {b}, spent))
     return pending - needed
 
 
