@@ -18,7 +18,6 @@ import os
 from itertools import combinations
 from pathlib import Path
 
-
 from kitctl.core.artifact import ArtifactError
 from kitctl.reports.compare import compare, render_markdown
 from kitctl.reports.plots import make_plots
