@@ -198,8 +198,9 @@ def git_state(root: Path | None = None) -> GitState:
             stamp = read_stamp(root)
         except ValueError:
             stamp = None
-        if stamp is not None and stamp.dirty is False and _stamp_has_hash(root) and stamp.commit != commit:
-            if dirty or _git(root, "cat-file", "-e", f"{stamp.commit}^{{commit}}") is None:
+        if stamp is not None and stamp.dirty is False and _stamp_has_hash(root):
+            unknown = stamp.commit != commit and _git(root, "cat-file", "-e", f"{stamp.commit}^{{commit}}") is None
+            if dirty or unknown:
                 return stamp
         return GitState(commit, dirty, "git")
     env = os.environ.get(ENV_COMMIT)
