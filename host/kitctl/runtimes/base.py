@@ -47,6 +47,11 @@ class Runtime(abc.ABC):
         """Provenance for the artifact: image id/digest, or interpreter and versions."""
         return {"runtime": self.name}
 
+    def interrupt(self) -> None:
+        """Kill the candidate running now, if any (from another thread: a signal, a lane's failure, a
+        speculation the search no longer needs); its `run` returns it as killed by kit_interrupt.
+        A runtime with nothing to kill does nothing."""
+
     def close(self) -> None:
         pass
 

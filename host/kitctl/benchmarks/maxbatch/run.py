@@ -240,9 +240,7 @@ class Runner(UnitRunner):
         finally:
             self._stop.set()
             for lane in lanes:
-                stop = getattr(lane.runtime, "interrupt", None)
-                if stop is not None:
-                    stop()
+                lane.runtime.interrupt()
             for t in threads:
                 t.join()
         if errors:
@@ -419,9 +417,7 @@ class Runner(UnitRunner):
         for r in live:
             if r.batch in gone:
                 r.cancelled = "speculation: the search can no longer use this batch"
-                stop = getattr(r.lane.runtime, "interrupt", None)
-                if stop is not None:
-                    stop()
+                r.lane.runtime.interrupt()
 
     def _mark_path(self, job: _Search) -> None:
         """Record on each trial whether the sequential search's path uses it (under the lock)."""
