@@ -144,9 +144,12 @@ def test_each_cpu_loader_runs_the_pipeline(datasets, loader, source):
     if loader == "dali-cpu":  # ~700 MB with its codecs: installed by hand, not by CI (see README)
         pytest.importorskip("nvidia.dali", reason="nvidia-dali-cuda130 is not installed")
     fmt = {"pytorch-dataloader": "folder", "webdataset": "webdataset", "ffcv": "ffcv", "dali-cpu": "folder"}[loader]
+    mark = f"kitctl-test-{uuid.uuid4().hex}"  # inherited by the loader's worker processes
     rc, r, err = trial("dataload", "--loader", loader, "--dataset", datasets[fmt], "--workers", 2,
-                       "--source", source, "--batch", 16, "--epochs", 2)
+                       "--source", source, "--batch", 16, "--epochs", 2, env={**os.environ, "KITCTL_TEST_MARK": mark})
     assert rc == 0 and r["status"] == "ok", (r["error"], err[-3000:])
+    # The trial ends without interpreter finalisation (os._exit, after its result line); no worker outlives it.
+    assert not _processes_marked(mark)
     assert r["images"] == 2 * N and len(r["epochs"]) == 2
     assert all(e["images"] == N for e in r["epochs"])
     shape = r["batch_shape"]
