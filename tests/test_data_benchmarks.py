@@ -121,6 +121,7 @@ def test_dataload_runs_cells_and_reports_with_a_plot(corpus, tmp_path):
         for r in c["runs"]:
             assert r["images"] == 24 and r["epochs"][0]["resident_before"] >= 0.98
             assert r["images_per_second"] == pytest.approx(r["images"] / r["window_seconds"])
+            assert all(0 < e["first_batch_seconds"] <= e["seconds"] for e in r["epochs"])
     assert (tmp_path / "ds" / "folder-jpeg90-256-n24" / "dataset.json").is_file()  # written once, reused
     out = tmp_path / "report.md"
     p = kitctl("report", final, "--plots", tmp_path / "plots", "--out", out)
@@ -128,6 +129,13 @@ def test_dataload_runs_cells_and_reports_with_a_plot(corpus, tmp_path):
     md = out.read_text()
     assert "Data loading" in md and "pytorch-dataloader" in md and "decode -> RandomResizedCrop 224" in md
     assert list((tmp_path / "plots").glob("*-workers.png"))
+    # Three batches an epoch: the caveat names the cells whose first batch took >= 20% of a timed epoch, and
+    # only those (whichever they were on this machine).
+    short = {c["workers"] for c in doc["results"]
+             if max(e["first_batch_seconds"] / e["seconds"] for r in c["runs"] for e in r["epochs"]) >= 0.2}
+    assert ("Start-up inside short epochs" in md) == bool(short)
+    for w in (1, 2):
+        assert (f"jpeg90@256 ram w={w} (" in md) == (w in short)
 
 
 def test_an_interrupted_dataload_keeps_its_partial_and_resumes(corpus, tmp_path):

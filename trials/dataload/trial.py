@@ -132,6 +132,8 @@ def dataload(a, result: dict) -> None:
         frac = pagecache.warm(files) if a.source == "ram" else pagecache.drop(files)
         return frac, time.perf_counter() - t0
 
+    first_s: list[float] = []  # per epoch: time to its first batch (worker start and pipeline fill are inside)
+
     def one_epoch() -> tuple[int, float, list[int]]:
         images, shape = 0, None
         t0 = time.perf_counter()
@@ -139,6 +141,7 @@ def dataload(a, result: dict) -> None:
             x = batch[0] if isinstance(batch, (tuple, list)) else batch
             images += int(x.shape[0])
             if shape is None:
+                first_s.append(time.perf_counter() - t0)
                 shape = [int(s) for s in x.shape]
                 dtype = str(x.dtype)
                 if "uint8" not in dtype or 224 not in shape[1:]:
@@ -160,7 +163,7 @@ def dataload(a, result: dict) -> None:
                                          "kernels: run as the dataset's owner" if a.source == "cold" else ""))
         n, secs, _ = one_epoch()
         epochs.append({"images": n, "seconds": secs, "images_per_second": n / secs, "resident_before": frac,
-                       "prepare_seconds": prep_s})
+                       "prepare_seconds": prep_s, "first_batch_seconds": first_s[-1] if n else None})
     total_n = sum(e["images"] for e in epochs)
     total_s = sum(e["seconds"] for e in epochs)
     result.update({"batch_shape": shape, "warmup_seconds": warm_s, "epochs": epochs, "images": total_n,
