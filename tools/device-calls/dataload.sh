@@ -5,12 +5,12 @@
 # Carry [".whl", ".whl-data"] (.whl-data from `bash tools/build-ffcv-wheel.sh` here: ffcv cp312 wheel with its
 # libraries, webdataset & co, the corpus's photographs; 14 MB). Run from the repo root there:
 #   bash tools/device-calls/dataload.sh [make|size|load|sweep|e2e|all] 2>&1 | tee $OUT/dataload.log
-# all = make + size + load (one ~9-minute call); sweep (images/s vs workers 1..16, the plot) is a second call
+# all = make + size + load (call 17 at LOAD_LIMIT=5000: make 60 s, size 3.5 min, jpeg90:256 4.4 min; raw:256 did not fit); sweep (images/s vs workers 1..16, the plot) is a second call
 # on the still-warm machine (it reuses data/). e2e (issue 18 item 4): kitctl run train-e2e, E2E_MODEL (resnet50,
 # or resnet18: one model per call) in bf16 fed by each loader vs synthetic, one run per cell, jpeg90@256 over
 # E2E_LIMIT images (40,000: every timed window inside one epoch at 16 workers); an ESTIMATE, not measured: ~1.5 min
 # to write the three datasets once, then ~3 min per model (5 runs of ~35 s); on a fresh machine data make adds
-# ~2 min for 50,000 images. So: call 1 `e2e` (resnet50), call 2 `E2E_MODEL=resnet18 ... e2e` on the warm machine. Knobs: DATA_IMAGES, SIZE_LIMIT, SIZE_FORMATS, LOAD_LIMIT, RUNS.
+# ~1 min for 50,000 images (measured: 60 s on 16 processes, call 17). So: call 1 `e2e` (resnet50), call 2 `E2E_MODEL=resnet18 ... e2e` on the warm machine. Knobs: DATA_IMAGES, SIZE_LIMIT, SIZE_FORMATS, LOAD_LIMIT, LOAD_DATA (e.g. "raw:256 jpeg90:512"), RUNS.
 # Each part stops itself (SIGINT: the partial artifact is kept) when the call's time is up; artifacts are
 # copied to $OUT. A later call on the same warm machine reuses data/ (the corpus and the datasets).
 set -u
@@ -20,7 +20,10 @@ PART=${1:-all}
 IMAGES=${DATA_IMAGES:-50000}   # the corpus
 SIZE_LIMIT=${SIZE_LIMIT:-2000} # datasize: bytes per image averaged over the first N images
 SIZE_FORMATS=${SIZE_FORMATS:-ffcv} # the payload is the same in every format (tests); ffcv's file adds its 8 MiB pages
-LOAD_LIMIT=${LOAD_LIMIT:-5000} # dataload: images per epoch
+# dataload: images per epoch. 5,000 (the first H200 call, 2026-12-01) made epochs of 0.8-1 s, so each loader's
+# start-up sat inside the timed window; 20,000 (~4 s at those rates) amortises it (the artifact now records each
+# epoch's first-batch wait and the report names cells where it is >= 20%): ~5 min per data, two per call.
+LOAD_LIMIT=${LOAD_LIMIT:-20000}
 RUNS=${RUNS:-2}                 # dataload: fresh processes per cell
 SWEEP_LIMIT=${SWEEP_LIMIT:-3000}
 CORES=$(nproc)
@@ -53,8 +56,8 @@ size() {
   echo "rc=${PIPESTATUS[0]}"; save "$(ls -t results/datasize-*.json | head -1)"
 }
 
-load() { # one kitctl run per data (so each leaves its own artifact when the time is up)
-  for data in jpeg90:256 raw:256 jpeg90:512; do
+load() { # one kitctl run per data (so each leaves its own artifact when the time is up); LOAD_DATA picks them
+  for data in ${LOAD_DATA:-jpeg90:256 raw:256 jpeg90:512}; do
     if [ "$(left)" -lt 60 ]; then say "no time left for $data"; return; fi
     say "dataload $data, all loaders, ram+cold, $CORES workers, $RUNS runs, $LOAD_LIMIT images (left $(left) s)"
     timeout -s INT $(( $(left) - 5 )) tools/device-kitctl.sh run dataload --corpus data/corpus --limit "$LOAD_LIMIT" \
