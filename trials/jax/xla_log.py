@@ -28,7 +28,7 @@ import sys
 import tempfile
 from typing import Iterator
 
-# Sizes are signed: XLA prints a negative limit when the module's outputs exceed it.
+# Sizes are signed: public XLA logs show negative limits ("below -85.40GiB (-91702322813 bytes)").
 _BYTES = r"\S+ \((-?\d+) bytes\)"
 WARNING_RE = re.compile(rf"Can't reduce memory use below {_BYTES} by rematerialization; "
                         rf"only reduced to {_BYTES}, down from {_BYTES} originally")
