@@ -55,21 +55,28 @@ def capture_fd2(cap: Captured | None = None) -> Iterator[Captured]:
     which is why the block is the compile alone."""
     cap = Captured() if cap is None else cap
     sys.stderr.flush()  # Python's own buffered text goes out before the redirect, in order
-    saved = os.dup(2)
+    tmp = saved = None
     try:
-        with tempfile.TemporaryFile() as tmp:
+        tmp = tempfile.TemporaryFile()
+        saved = os.dup(2)
+    except OSError:  # nowhere to capture to, or no fd 2: the block runs as it is, the record is null
+        if tmp is not None:
+            tmp.close()
+    if saved is None:
+        yield cap
+        return
+    with tmp:
+        try:
             os.dup2(tmp.fileno(), 2)
-            try:
-                yield cap
-            finally:
-                sys.stderr.flush()
-                os.dup2(saved, 2)  # always restore, whatever the block raised
-                tmp.seek(0)
-                data = tmp.read()
-                cap.text = data.decode("utf-8", "replace")
-                _write_all(2, data)
-    finally:
-        os.close(saved)
+            yield cap
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)  # always restore, whatever the block raised
+            os.close(saved)
+            tmp.seek(0)
+            data = tmp.read()
+            cap.text = data.decode("utf-8", "replace")
+            _write_all(2, data)
 
 
 def _write_all(fd: int, data: bytes) -> None:
