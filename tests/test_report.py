@@ -716,8 +716,11 @@ def test_a_rematerialised_xla_max_batch_says_so(tmp_path):
     """The real H200 jax-xla search (--vram-limit 16376): its trial at max batch 13,568 carries what
     the jax trial now records, parsed by the trial's own parser from that trial's real stderr_tail."""
     real = Path(__file__).resolve().parents[1] / "results" / "maxbatch-resnet50-synthetic-20261201T163217Z.json"
-    sys.path.insert(0, str(real.parents[1] / "trials" / "jax"))
-    import xla_log
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("kit_xla_log", real.parents[1] / "trials/jax/xla_log.py")
+    xla_log = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(xla_log)
 
     assert not any("rematerialised" in c for c in caveats(load_source(real)))  # older trials: no field
 
