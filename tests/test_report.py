@@ -710,3 +710,31 @@ def test_report_out_on_a_full_disk_leaves_no_truncated_file(tiny_fs):
     p = kitctl("report", str(EAGER), "--out", str(tiny_fs / "r.md"))
     one_line_refusal(p, "No space left on device")
     assert sorted(f.name for f in tiny_fs.iterdir()) == ["fill"]
+
+
+def test_a_rematerialised_xla_max_batch_says_so(tmp_path):
+    """The real H200 jax-xla search (--vram-limit 16376): its trial at max batch 13,568 carries what
+    the jax trial now records, parsed by the trial's own parser from that trial's real stderr_tail."""
+    real = Path(__file__).resolve().parents[1] / "results" / "maxbatch-resnet50-synthetic-20261201T163217Z.json"
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("kit_xla_log", real.parents[1] / "trials/jax/xla_log.py")
+    xla_log = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(xla_log)
+
+    assert not any("rematerialised" in c for c in caveats(load_source(real)))  # older trials: no field
+
+    def edit(doc):
+        (cell,) = doc["results"]
+        for t in cell["trials"]:
+            if t["result"] is not None:
+                t["result"]["xla_rematerialization"] = xla_log.parse_rematerialization(t["stderr_tail"])
+
+    src = load_source(_edited(real, tmp_path, "maxbatch-remat.json", edit))
+    cav = caveats(src)
+    notes = [c for c in cav if c.startswith("**XLA rematerialised**")]
+    assert len(notes) == 1, cav
+    note = notes[0]
+    assert note.startswith("**XLA rematerialised** — JAX XLA fp32 at max batch 13,568:")
+    assert "22.35 → 14.60 GiB; its limit 14.16 GiB was not reached" in note
+    assert "**XLA rematerialised**" in render([src])

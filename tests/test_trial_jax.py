@@ -92,6 +92,10 @@ def assert_ok(result: dict, precision: str) -> None:
                                      "compute": "bfloat16" if precision == "bf16" else "float32"}
     assert s["optimizer"]["name"] == "Adam" and s["optimizer"]["lr"] == 0.001
     assert s["memory_budget_enforced"].startswith("no: on cpu")
+    # XLA's own account of the compiled step; its rematerialisation pass does not run on the CPU.
+    assert result["xla_rematerialization"] is None and s["xla_rematerialization_null_means"]
+    mem = result["xla_memory_analysis"]
+    assert mem["argument_bytes"] > RESNET50_CIFAR_PARAMS * 4 and mem["temp_bytes"] > 0
 
 
 # ------------------------------------------------------------------- no training
@@ -342,3 +346,70 @@ def test_framework_peak_is_the_pool_the_budget_caps():
     # Without a pool figure the in-use peak is what there is.
     assert train.device_peaks({"peak_bytes_in_use": 5 * mib})["framework_peak_mib"] == 5.0
     assert train.device_peaks({}) == {}
+
+
+# --------------------------------------------------- XLA's rematerialisation, memory analysis
+
+# Verbatim from the H200 (jaxlib 0.11.2, --vram-limit 16376): the stderr_tail of the fp32 trial at
+# batch 13568, the jax-xla max batch, in results/maxbatch-resnet50-synthetic-20261201T163217Z.json.
+H200_FP32_13568 = ("W1201 16:55:22.587089   12178 hlo_rematerialization.cc:3363] Can't reduce memory use "
+                   "below 14.16GiB (15204325068 bytes) by rematerialization; only reduced to 14.60GiB "
+                   "(15677178712 bytes), down from 22.35GiB (24000769048 bytes) originally")
+# Verbatim from the H200 too: bf16 batch 44898 (its second attempt, a timeout) in
+# results/maxbatch-resnet50-synthetic-20261201T191219Z.json (the lead's checkout, 2026-12-01).
+H200_BF16_44898 = ("W1201 19:22:46.262283   18491 hlo_rematerialization.cc:3363] Can't reduce memory use "
+                   "below 13.82GiB (14836479832 bytes) by rematerialization; only reduced to 28.19GiB "
+                   "(30271695764 bytes), down from 35.57GiB (38189665624 bytes) originally")
+
+
+def test_xla_rematerialization_lines_from_the_h200_are_parsed():
+    xla_log = _load("xla_log", ROOT / "trials/jax/xla_log.py")
+    tail = ("W1201 16:54:58.208001   12215 bfc_allocator.cc:371] Allocator (GPU_0_bfc) ran out of memory "
+            "trying to allocate 61.89GiB from the lower end with freed_by_count=0.\n" + H200_FP32_13568 + "\n")
+    assert xla_log.parse_rematerialization(tail) == {
+        "limit_bytes": 15204325068, "reduced_to_bytes": 15677178712, "original_bytes": 24000769048,
+        "fitted": False, "rematerialised": True, "lines": 1,
+        "form": "LOG(WARNING): rematerialisation could not reach the limit"}
+    # Two modules: the step is the one with the larger peak before the pass; both are counted.
+    both = xla_log.parse_rematerialization(H200_FP32_13568 + "\n" + H200_BF16_44898)
+    assert (both["original_bytes"], both["reduced_to_bytes"], both["lines"]) == (38189665624, 30271695764, 2)
+    # The VLOG(1) form (TF_CPP_VMODULE=hlo_rematerialization=1), as HloRematerialization::RunImpl
+    # formats it: without a warning, XLA reached its limit (which that line does not print).
+    vlog = ("I1201 16:55:22.500000   12178 hlo_rematerialization.cc:3340] Peak memory usage of module now "
+            "14.60GiB (15677178712 bytes), was 22.35GiB (24000769048 bytes)")
+    fit = xla_log.parse_rematerialization(vlog)
+    assert (fit["limit_bytes"], fit["fitted"], fit["rematerialised"]) == (None, True, True)
+    assert xla_log.parse_rematerialization(vlog + "\n" + H200_FP32_13568)["fitted"] is False
+    # Nothing from the pass, or a different message of the same file: no record.
+    assert xla_log.parse_rematerialization("") is None
+    assert xla_log.parse_rematerialization(tail.replace("Can't reduce", "Cannot reduce")) is None
+
+
+def test_fd2_capture_restores_stderr_and_copies_what_it_caught(capfd):
+    """C++ logging writes to fd 2: caught there (not in sys.stderr), copied back in order, and fd 2
+    restored even when the block raises."""
+    xla_log = _load("xla_log", ROOT / "trials/jax/xla_log.py")
+    os.write(2, b"before\n")
+    with pytest.raises(RuntimeError), xla_log.capture_fd2() as cap:
+        os.write(2, b"inside " + H200_FP32_13568.encode() + b"\n")
+        raise RuntimeError("compile failed")
+    os.write(2, b"after\n")
+    assert cap.text == "inside " + H200_FP32_13568 + "\n"
+    assert xla_log.parse_rematerialization(cap.text)["lines"] == 1
+    assert capfd.readouterr().err == "before\n" + cap.text + "after\n"
+
+
+def test_the_trial_records_xla_memory_analysis_on_cpu():
+    """Batch 1 on CPU: compiled.memory_analysis() is recorded, no rematerialisation line (the
+    pass does not run on the CPU), and what XLA logged while compiling still reaches stderr."""
+    rc, r, err = run_trial("--benchmark", "maxbatch", "--batch", 1,
+                           env={"TF_CPP_VMODULE": "cpu_compiler=1", "TF_CPP_MIN_LOG_LEVEL": "0"})
+    assert rc == 0, err[-3000:]
+    assert_ok(r, "fp32")
+    assert r["xla_rematerialization"] is None
+    mem = r["xla_memory_analysis"]
+    assert set(mem) >= {"argument_bytes", "output_bytes", "temp_bytes", "generated_code_bytes"}
+    assert all(isinstance(v, int) and v >= 0 for v in mem.values())
+    # The step's parameters and Adam's two moments are arguments (fp32): at least 3 × 4 bytes each.
+    assert mem["argument_bytes"] >= 3 * 4 * RESNET50_CIFAR_PARAMS
+    assert "Compiling: jit_train_step" in err  # captured on fd 2 during the compile, copied back

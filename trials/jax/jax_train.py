@@ -23,6 +23,7 @@ import numpy as np
 import optax
 
 import kittrial
+import xla_log
 from kittrial import TrialError
 from resnet50_flax import count_parameters, init_variables, resnet50
 
@@ -165,14 +166,23 @@ def _train(args, result: dict, device) -> None:
     settings["xla"] = {"jit": "whole step: forward, loss, backward, Adam update, BN statistics",
                        "donate": "model/optimizer state", "compile": "ahead of time (lower/compile)"}
     settings["cudnn_benchmark_effect"] = "none (XLA autotunes convolutions itself)"
+    settings["xla_rematerialization_null_means"] = xla_log.NULL_MEANS
 
     kittrial.fault_point()
     warmup_steps, n_steps = kittrial.step_counts(args)
 
+    # XLA logs its rematerialisation (recomputing activations to fit its memory limit) on fd 2
+    # while it compiles: captured there and recorded, on every outcome (xla_log).
     t0 = time.perf_counter()
-    step = step_jit.lower(state, x, y).compile()
+    xla_said = xla_log.Captured()
+    try:
+        with xla_log.capture_fd2(xla_said):
+            step = step_jit.lower(state, x, y).compile()
+    finally:
+        result["xla_rematerialization"] = xla_log.parse_rematerialization(xla_said.text)
     compile_seconds = time.perf_counter() - t0
     result["compile_seconds"] = compile_seconds
+    result["xla_memory_analysis"] = xla_log.memory_analysis(step)
 
     def steps(state, n: int):
         """n steps, no host synchronisation; (state, the last loss as a device array or None)."""

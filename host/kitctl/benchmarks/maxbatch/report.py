@@ -124,7 +124,33 @@ def caveats_results(src: Source) -> list[str]:
                 what = join([f"{t['status']} at {t['batch']:,}" for t in other])
                 out.append(f"**Retried failures** — {cell_label(c['engine'], c['precision'])}: {len(other)} "
                            f"candidate(s) failed without a memory status ({what}) and were retried.")
+        if (note := rematerialization_note(c)) is not None:
+            out.append(note)
     return out
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f}"  # as XLA prints them (binary GiB, two decimals)
+
+
+def rematerialization_note(cell: dict[str, Any]) -> str | None:
+    """A capacity whose passing candidate at max batch XLA compiled with rematerialisation (its
+    trial's `xla_rematerialization`, from XLA's own log line): the step recomputed activations to
+    fit XLA's memory limit, which an eager engine does not do, so the figure is not like for like."""
+    if cell.get("search_status") not in CAPACITY_STATUSES or not cell.get("max_batch"):
+        return None
+    at_max = [t for t in cell.get("trials", []) if t["batch"] == cell["max_batch"] and t["status"] == "ok"]
+    remat = next((r for t in at_max if isinstance(r := (t.get("result") or {}).get("xla_rematerialization"),
+                                                     dict) and r.get("rematerialised")), None)
+    if remat is None:
+        return None
+    limit = remat.get("limit_bytes")
+    reach = ("" if limit is None else f"; its limit {_gib(limit)} GiB was "
+             + ("reached" if remat.get("fitted") else "not reached (the candidate passed all the same)"))
+    return (f"**XLA rematerialised** — {cell_label(cell['engine'], cell['precision'])} at max batch "
+            f"{cell['max_batch']:,}: XLA recomputes activations to fit its memory limit, "
+            f"{_gib(remat['original_bytes'])} → {_gib(remat['reduced_to_bytes'])} GiB{reach} "
+            f"(XLA's log, per trial: `xla_rematerialization`).")
 
 
 def caveats_protocol(src: Source) -> list[str]:
