@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -215,3 +216,24 @@ def test_a_dataset_folder_exists_only_whole(made, tmp_path, fmt):
     assert sorted(p.name for p in out.parent.iterdir()) == [fmt]
     with pytest.raises(ValueError, match="exists"):
         writers.write(made, m, out, fmt, "jpeg90", 64, workers=1, seed=0)
+
+
+def test_a_killed_ffcv_writer_worker_ends_the_write_in_one_line(made, tmp_path):
+    """ffcv's writer polls its count of written samples and never looks at its workers: one SIGKILLed midway (the
+    OOM killer's way) used to leave it waiting for ever. The worker preparing sample 20 kills itself (the writers'
+    test-only fault hook; a real SIGKILL of a real worker); the write must end by itself within the subprocess's
+    timeout, with one line, no dataset, no hidden sibling, no process and no shared memory left."""
+    pytest.importorskip("ffcv")
+    out = tmp_path / "data" / "ffcv"
+    mark = f"kitctl-test-{uuid.uuid4().hex}"
+    t0 = time.monotonic()
+    rc, r, err = trial("datasize", "--corpus", made, "--out", out, "--format", "ffcv", "--encoding", "jpeg90",
+                       "--side", 64, "--workers", 2, "--keep", timeout=120,
+                       env={**os.environ, "KITCTL_TEST_MARK": mark, "KITCTL_FAULT_KILL_WRITER_AT": "20"})
+    assert rc == 1 and r["status"] == "error", (r, err[-2000:])
+    assert r["error"].startswith("an ffcv writer worker died before the write finished (pid "), r["error"]
+    assert "exit code -9" in r["error"]
+    assert time.monotonic() - t0 < 60
+    assert not out.exists() and not list(out.parent.glob(".ffcv.writing-*"))
+    assert not _processes_marked(mark)
+    assert "leaked shared_memory" not in err

@@ -97,7 +97,7 @@ def datasize(a, result: dict) -> None:
     manifest = corpus.read_manifest(a.corpus)
     try:
         info = writers.write(a.corpus, manifest, a.out, a.format, a.encoding, a.side, a.limit, a.workers, a.seed)
-    except writers.UnreadableImage as exc:  # bad input, not a bug: its line names the file
+    except (writers.UnreadableImage, writers.WriterDied) as exc:  # one line: the file, or the worker that died
         raise kittrial.TrialError(str(exc)) from None
     result.update(info)
     if not a.keep:

@@ -22,6 +22,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -51,6 +52,10 @@ def check(fmt: str, encoding: str, side: int) -> None:
 
 class UnreadableImage(ValueError):
     """A corpus image that cannot be opened or decoded (truncated, corrupt, not an image); names the file."""
+
+
+class WriterDied(RuntimeError):
+    """A worker process of ffcv's writer ended without finishing (killed, or crashed outside _Prepared)."""
 
 
 def prepared(corpus: Path, entry: dict, side: int) -> np.ndarray:
@@ -235,6 +240,7 @@ class _Prepared:
         self.corpus, self.files, self.side = corpus, files, side
         # The first failure, UTF-8; empty: none. Inherited by ffcv's worker processes (a Process argument).
         self.failure = multiprocessing.Array(ctypes.c_char, self.MESSAGE_BYTES)
+        self.kill_at = _fault_kill_at()
 
     def __len__(self) -> int:
         return len(self.files)
@@ -244,6 +250,8 @@ class _Prepared:
 
     def __getitem__(self, i: int):
         label = self.files[i]["label"]
+        if i == self.kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
         if self.failure.value:
             return self.PLACEHOLDER, label
         try:
@@ -254,6 +262,51 @@ class _Prepared:
                 if not self.failure.value:
                     self.failure.value = " ".join(message.split()).encode()[: self.MESSAGE_BYTES - 1]
             return self.PLACEHOLDER, label
+
+
+class _WorkerWatch:
+    """ffcv's parent polls its count of written samples and never looks at its workers: one that dies without
+    reaching _Prepared's handler (SIGKILL from the OOM killer, a crash inside ffcv's own code) leaves it waiting
+    for ever. This thread watches the processes the write starts; the first to end with a non-zero exit code
+    stops the wait (KeyboardInterrupt in the main thread, which _write_ffcv turns into WriterDied)."""
+
+    POLL_S = 0.05
+
+    def __init__(self, before: set) -> None:
+        import threading
+
+        self.before, self.seen, self.died = before, set(), None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ffcv-worker-watch", daemon=True)
+
+    def __enter__(self) -> "_WorkerWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        import _thread
+        import multiprocessing
+
+        while not self._stop.wait(self.POLL_S):
+            # active_children() drops the ones that ended: keep every one seen, to read its exit code after
+            self.seen |= set(multiprocessing.active_children()) - self.before
+            for p in self.seen:
+                if p.exitcode not in (None, 0):
+                    self.died = f"pid {p.pid}, exit code {p.exitcode}"
+                    if not self._stop.is_set():
+                        _thread.interrupt_main()
+                    return
+
+
+def _fault_kill_at() -> int | None:
+    """Fault injection for the tests only: KITCTL_FAULT_KILL_WRITER_AT=N makes the ffcv worker that prepares
+    sample N SIGKILL itself (a real kill of a real worker, as the OOM killer would)."""
+    value = os.environ.get("KITCTL_FAULT_KILL_WRITER_AT")
+    return int(value) if value else None
 
 
 def _write_ffcv(corpus, files, out, side, mode, quality, workers):
@@ -270,9 +323,11 @@ def _write_ffcv(corpus, files, out, side, mode, quality, workers):
     writer = DatasetWriter(str(path), {"image": image, "label": IntField()}, num_workers=max(1, workers))
     dataset = _Prepared(corpus, files, side)
     before = set(multiprocessing.active_children())
+    watch = _WorkerWatch(before)
     try:
-        writer.from_indexed_dataset(dataset, chunksize=64)
-    except BaseException:  # a signal (or a bug) midway: stop its workers now and free its shared memory
+        with watch:
+            writer.from_indexed_dataset(dataset, chunksize=64)
+    except BaseException as exc:  # a signal, a dead worker (or a bug) midway: stop its workers, free its memory
         for p in set(multiprocessing.active_children()) - before:
             p.terminate()
             p.join(5)
@@ -280,6 +335,9 @@ def _write_ffcv(corpus, files, out, side, mode, quality, workers):
         if isinstance(sm, shared_memory.SharedMemory):
             sm.close()
             sm.unlink()
+        if watch.died and isinstance(exc, KeyboardInterrupt):
+            raise WriterDied(f"an ffcv writer worker died before the write finished ({watch.died}); "
+                             "no dataset was written") from None
         raise
     # ffcv never joins its workers: reap them (they exit once they have handed over their allocations), so none
     # is left behind, not even as a zombie; one still alive after that is stopped.
