@@ -100,6 +100,11 @@ class Benchmark:
     unfinished_figure: str = "result"  # "Nothing in an unfinished row is a <unfinished_figure>"
     progress: Callable[[Any, dict[str, Any]], str] = lambda src, cell: ""  # "3 candidates so far, largest pass 64"
     caveats_protocol: Callable[[Any], list[str]] = _none  # caveats of its protocol (after the TF32 one)
+    # Source -> what of this result ran on a GPU ("pytorch-nvjpeg (decode)", "training"), read from its own
+    # config and runs, for the report's GPU lines: a GPU recorded in host.gpu but used by nothing is "unused",
+    # and a GPU used but not recorded (an older data artifact) is "not recorded", never "CPU". None: the
+    # engine benchmarks' rule (host.gpu is the candidates' GPU; none is a CPU run).
+    gpu_users: Callable[[Any], list[str]] | None = None
     # Source -> one headline of `kitctl results list` ("pytorch-eager fp32: 1,234; …"); "" → "—"
     headline: Callable[[Any], str] = lambda src: ""
     # -- `kitctl compare` -----------------------------------------------------------------------------

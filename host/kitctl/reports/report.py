@@ -514,7 +514,14 @@ def _machine_kitctl(src: Source) -> list[list[str]]:
             rows.append(["Clocks at start", f"SM {fmt_int(c.get('sm'))} MHz (max {fmt_int(mx.get('sm'))}), memory "
                          f"{fmt_int(c.get('memory'))} MHz; power limit {num(g.get('power_limit_w'))} W; "
                          f"persistence {g.get('persistence_mode', '?')}"])
-    else:
+    users = src.gpu_users
+    if g and users is not None:  # a data benchmark: what ran on it, never a CPU loader
+        rows.append(["GPU use", f"{join(users)} ran on it; nothing else did" if users else
+                     "unused: nothing in this run ran on a GPU (CPU loaders and CPU work only)"])
+    elif not g and users:
+        rows.append(["GPU", f"not recorded (an artifact from before the data benchmarks recorded their GPU); "
+                            f"{join(users)} ran on a GPU"])
+    elif not g:
         rows.append(["GPU", "none (CPU run)"])
     rows.append(["Host", f"{host.get('hostname')} · {host.get('cpu_count', '?')} CPUs · {host.get('platform')} · "
                  f"controller Python {host.get('python')}"])

@@ -23,6 +23,16 @@ def ratios(sources: list[Any]) -> list[Any]:
     return []
 
 
+# The loaders that decode on a GPU (trials/dataload/loaders.py); every other loader runs on CPU cores only.
+GPU_LOADERS = ("pytorch-nvjpeg", "dali-gpu")
+
+
+def gpu_users(src: Source) -> list[str]:
+    """The GPU loaders that ran (a run recorded) in this result: what used the GPU; a CPU loader never did."""
+    ran = [c["loader"] for c in src.doc["results"] if c["loader"] in GPU_LOADERS and c.get("runs")]
+    return [f"{ld} (decode)" for ld in dict.fromkeys(ran)]
+
+
 def measured(doc: dict[str, Any]) -> list[list[str]]:
     c = doc["configuration"]
     return [["Question", "data-loading images/s of each loader's pipeline (no training)"],

@@ -21,6 +21,14 @@ def ratios(sources: list[Any]) -> list[Any]:
     return []
 
 
+def gpu_users(src: Any) -> list[str]:
+    """What ran on a GPU: training, in the runs whose trial recorded a CUDA device (its name; "cpu" otherwise),
+    and pytorch-nvjpeg's decode beside it."""
+    on_gpu = [c for c in src.doc["results"] if any(r.get("device") not in (None, "cpu") for r in c["runs"])]
+    out = ["training"] if on_gpu else []
+    return out + [f"{ld} (decode)" for ld in dict.fromkeys(c["loader"] for c in on_gpu if c["loader"] == "pytorch-nvjpeg")]
+
+
 def measured(doc: dict[str, Any]) -> list[list[str]]:
     c = doc["configuration"]
     return [["Question", "training images/s of ResNet fed by each loader, against the same training on synthetic "
