@@ -88,3 +88,33 @@ def test_an_older_artifact_whose_gpu_loader_ran_is_not_called_a_cpu_run():
     assert "none (CPU run)" not in text and src.machine_short == "GPU (not recorded)"
     assert "pytorch-nvjpeg (decode) ran on a GPU" in text
     assert load_source(SIZE).machine_short == "CPU"  # datasize is CPU work: unchanged
+
+
+# ---- 2. the overview and the headline ratios speak of loaders, not engines × precisions ----------------------
+
+def test_overview_sets_loaders_side_by_side_and_leaves_out_what_has_no_cells():
+    size, jpeg, raw = load_source(SIZE), load_source(LOAD_JPEG), load_source(LOAD_RAW)
+    text = render([size, jpeg, raw])
+    overview = text.split("## [1]")[0]
+    assert "| Engine | Precision |" not in text
+    assert "| Loader | Data · source · workers | [2] " in overview
+    assert "| webdataset | jpeg90@256 · ram · 16 workers | 6,184 | — | — |" in overview
+    assert "| ffcv | raw@256 · cold · 16 workers | — | FAILED | — |" in overview
+    assert "Side by side, ImageNet-equivalent GB" not in overview  # datasize has no such cells: no empty table
+    two_sizes = render([size, size]).split("## [1]")[0]
+    assert "Side by side" not in two_sizes
+
+
+def test_dataload_headline_ratios_are_each_loader_against_pytorch_dataloader_on_the_same_data_and_source():
+    text = render([load_source(LOAD_JPEG)])
+    assert "Fewer than two engines" not in text
+    assert "| Data · source · workers | Comparison | Ratio |" in text
+    # 6,184 / 5,193 and 5,914 / 4,137: the artifact's own medians
+    assert "| jpeg90@256 · ram · 16 workers | webdataset vs pytorch-dataloader | 1.19× as fast |" in text
+    assert "| jpeg90@256 · cold · 16 workers | ffcv vs pytorch-dataloader | 1.43× as fast |" in text
+    assert "ffcv vs pytorch-dataloader | " not in text.split("jpeg90@256 · cold")[0]  # the FAILED ram cell: none
+
+
+def test_datasize_has_no_engine_headline_ratios_section():
+    text = render([load_source(SIZE)])
+    assert "Headline ratios" not in text and "Fewer than two engines" not in text

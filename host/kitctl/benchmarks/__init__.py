@@ -83,6 +83,12 @@ class Benchmark:
     # Source -> [(engine, precision, text, figure)]: one result's cells, in order, for side-by-side
     # overviews and the engine list; figure = (value, is a lower bound) or None where there is none.
     cells: Callable[[Any], list[tuple[str, str, str, tuple[float, bool] | None]]] = _none
+    # The overview's side-by-side key columns (one row per key of `cells`) and the key column of its "Headline
+    # ratios": an engine benchmark's (engine, precision); a data benchmark names its own key (loader, data).
+    cell_heads: tuple[str, str] = ("Engine", "Precision")
+    # "Headline ratios" when there are none: None → "_Fewer than two engines with a <ratio_what> per precision:
+    # no ratios._"; "" → the section is left out (a benchmark whose figures have no ratios of that kind).
+    no_ratios: str | None = None
     # -- its parts of `kitctl report` ---------------------------------------------------------------
     # Whether its "results" are engine × precision cells with trials/runs: the report's TF32 caveat,
     # calibrated overheads and sampler rates read them (another shape: those lines are left out).

@@ -128,6 +128,8 @@ def _overview(sources: list[Source], plots: list[PlotFile], base: Path) -> list[
                 if figure is not None:
                     nums[(n, engine, precision)] = figure
         keys = list(dict.fromkeys(keys))
+        if not keys:  # a benchmark without such cells (datasize, train-e2e): no empty table
+            continue
         first = group[0][0]
 
         def ratio(n: int, e: str, p: str) -> str:
@@ -138,7 +140,7 @@ def _overview(sources: list[Source], plots: list[PlotFile], base: Path) -> list[
 
         later = [n for n, _ in group[1:]]
         lines += [f"Side by side, {bench.report_unit} (ratios against [{first}]):", ""]
-        lines += table(["Engine", "Precision", *[f"[{n}] {s.machine_short}" for n, s in group],
+        lines += table([*bench.cell_heads, *[f"[{n}] {s.machine_short}" for n, s in group],
                          *[f"[{n}] ÷ [{first}]" for n in later]],
                         [[engine_label(e), p, *[vals.get((n, e, p), "—") for n, _ in group],
                           *[ratio(n, e, p) for n in later]] for e, p in keys],
@@ -169,7 +171,7 @@ def _cross_ratios(group: list[tuple[int, Source]], bench: benchmarks.Benchmark) 
         if found:
             refs = ", ".join(f"[{n}]" for n, _ in members)
             out += [f"Across {refs} (same GPU, VRAM limit and data; each engine from its own run):", ""]
-            out += _ratio_table(found) + [""]
+            out += _ratio_table(found, bench.cell_heads[1]) + [""]
     return out
 
 
@@ -183,11 +185,13 @@ def _source_section(src: Source, level: int, plots: list[PlotFile], base: Path, 
     bench = benchmarks.get(src.benchmark)
     lines += [hh("Result"), ""] + bench.report_result(src) + [""]
     ratios = bench.report_ratios([src])
-    lines += [hh("Headline ratios"), ""]
     if ratios:
-        lines += _ratio_table(ratios) + [""]
-    else:
-        lines += [f"_Fewer than two engines with a {bench.ratio_what} per precision: no ratios._", ""]
+        lines += [hh("Headline ratios"), ""] + _ratio_table(ratios, bench.cell_heads[1]) + [""]
+    elif bench.no_ratios is None:
+        lines += [hh("Headline ratios"), "",
+                  f"_Fewer than two engines with a {bench.ratio_what} per precision: no ratios._", ""]
+    elif bench.no_ratios:
+        lines += [hh("Headline ratios"), "", bench.no_ratios, ""]
     if src.kind != KITCTL:
         lines += _stated_figures(src, hh)
     lines += [hh("Caveats"), ""]
@@ -234,9 +238,9 @@ def _meta_line(src: Source) -> str:
                        f"{sum(len(e.get('all_trials', [])) for *_, e in cells)} candidates"])
 
 
-def _ratio_table(ratios: list[Ratio]) -> list[str]:
-    return table(["Precision", "Comparison", "Ratio"], [[r.precision, f"{r.a} vs {r.b}", r.value_text]
-                                                        for r in ratios], right={2})
+def _ratio_table(ratios: list[Ratio], key_head: str = "Precision") -> list[str]:
+    return table([key_head, "Comparison", "Ratio"], [[r.precision, f"{r.a} vs {r.b}", r.value_text]
+                                                     for r in ratios], right={2})
 
 
 # ---- caveats --------------------------------------------------------------------------------

@@ -15,4 +15,5 @@ def _add_data_commands(app) -> None:
 register(Benchmark(name="dataload", title="Data loading", config=DataloadConfig, command=dataload,
                    report_result=report.result_table, report_ratios=report.ratios, ratio_what="images/s",
                    report_unit="images/s (median)", plots=plots.plots, report_measured=report.measured,
-                   add_commands=_add_data_commands, gpu_users=report.gpu_users))
+                   add_commands=_add_data_commands, gpu_users=report.gpu_users, cells=report.cells,
+                   cell_heads=("Loader", "Data · source · workers"), no_ratios=report.NO_RATIOS))

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...reports.format import table
 from ...datarun import FFCV_MACHINE
-from .table import table_rows
+from .table import rows, table_rows
 
 if TYPE_CHECKING:
     from ...reports.sources import Source
@@ -19,8 +19,42 @@ def result_table(src: Source) -> list[str]:
             f"_This machine: {cores} CPU cores. FFCV's published figures: {FFCV_MACHINE}._"]
 
 
+BASELINE = "pytorch-dataloader"  # the loader every other is compared with: PyTorch's own path, in every image
+
+
+def _key(r: dict[str, Any]) -> str:
+    """A cell's key beside its loader: same data, source and workers (what a ratio holds equal)."""
+    return f"{r['encoding']}@{r['side']} · {r['source']} · {r['workers']} workers"
+
+
+def cells(src: Source) -> list[tuple[str, str, str, tuple[float, bool] | None]]:
+    """The overview's side by side: one row per loader × (data · source · workers), its median images/s."""
+    out = []
+    for r in rows(src.doc):
+        ok = r["status"] == "ok" and r["median"] is not None
+        out.append((r["loader"], _key(r), f"{r['median']:,.0f}" if ok else "FAILED" if r["status"] == "failed"
+                    else r["status"], (r["median"], False) if ok else None))
+    return out
+
+
 def ratios(sources: list[Any]) -> list[Any]:
-    return []
+    """Each loader's median images/s against pytorch-dataloader's, same data, source and workers. Across several
+    results (the overview), only pairs whose two loaders come from different results: the others are each one's own."""
+    from ...core.tables import Ratio
+
+    out = []
+    found = [(i, r) for i, s in enumerate(sources) for r in rows(s.doc) if r["status"] == "ok" and r["median"]]
+    for i, base in found:
+        if base["loader"] != BASELINE:
+            continue
+        for j, r in found:
+            if r["loader"] == BASELINE or _key(r) != _key(base) or (len(sources) > 1 and i == j):
+                continue
+            out.append(Ratio(_key(r), r["loader"], BASELINE, r["median"] / base["median"], "as fast"))
+    return out
+
+
+NO_RATIOS = f"_No loader beside {BASELINE} with a figure on the same data, source and workers: no ratios._"
 
 
 # The loaders that decode on a GPU (trials/dataload/loaders.py); every other loader runs on CPU cores only.
