@@ -118,3 +118,64 @@ def test_dataload_headline_ratios_are_each_loader_against_pytorch_dataloader_on_
 def test_datasize_has_no_engine_headline_ratios_section():
     text = render([load_source(SIZE)])
     assert "Headline ratios" not in text and "Fewer than two engines" not in text
+
+
+# ---- 3. a failed cell, a cell with fewer runs than asked and an interrupted run are caveats ------------------
+
+def test_a_failed_cell_is_a_caveat_with_its_reason():
+    cav = caveats(load_source(LOAD_JPEG))
+    failed = [c for c in cav if c.startswith("**Failed cell**")]
+    assert len(failed) == 1 and "ffcv jpeg90@256 ram, 16 workers" in failed[0]
+    assert "exited -6 (SIGABRT)" in failed[0]
+    assert "None detected" not in render([load_source(LOAD_RAW)])
+    assert any("ffcv raw@256 cold, 16 workers" in c for c in caveats(load_source(LOAD_RAW)))
+
+
+def test_a_cell_with_fewer_passing_runs_than_asked_is_a_caveat(tmp_path):
+    doc = doc_of(LOAD_JPEG)
+    cell = next(c for c in doc["results"] if c["loader"] == "webdataset" and c["source"] == "cold")
+    cell["runs"] = cell["runs"][:1]  # 1 of the 2 asked
+    cav = caveats(load_source(written(tmp_path, doc, LOAD_JPEG.name)))
+    assert any(c.startswith("**Fewer runs than asked** — webdataset jpeg90@256 cold, 16 workers: its figure is "
+                            "the median of 1 of the 2 runs") for c in cav)
+
+
+def test_an_interrupted_data_run_reports_its_unfinished_cells_without_a_traceback(tmp_path):
+    doc = doc_of(LOAD_JPEG)
+    doc.update(state="interrupted", interrupted_by="SIGTERM", finished_utc=None)
+    last = doc["results"][-1]
+    last.update(status="pending", summary=None, runs=last["runs"][:1])
+    name = LOAD_JPEG.name.replace(".json", ".partial.json")
+    text = render([load_source(written(tmp_path, doc, name))])
+    assert ("**Partial result** — the artifact is `interrupted` by SIGTERM: 7 of 8 loader × data × source × "
+            "workers cells finished; unfinished: pytorch-nvjpeg jpeg90@256 cold, 16 workers (1 of 2 runs)") in text
+    assert f"`kitctl run dataload --resume {name}`" in text
+
+
+def test_a_failed_datasize_unit_is_a_caveat(tmp_path):
+    doc = doc_of(SIZE)
+    doc["results"][0].update(status="crash", error="no result line (exit -9 (SIGKILL))", size=None)
+    cav = caveats(load_source(written(tmp_path, doc, SIZE.name)))
+    assert any(c.startswith("**Failed cell** — ffcv jpeg50@256: no result line (exit -9 (SIGKILL))") for c in cav)
+
+
+def test_train_e2e_names_its_failed_cells_and_what_ran_on_the_gpu():
+    from types import SimpleNamespace
+
+    from kitctl.benchmarks.train_e2e import report as e2e
+
+    runs_ok = [{"status": "ok", "device": "NVIDIA H200"}, {"status": "ok", "device": "NVIDIA H200"}]
+    doc = {"configuration": {"runs": 2, "models": ["resnet50"], "loaders": ["synthetic", "ffcv", "pytorch-nvjpeg"]},
+           "results": [{"model": "resnet50", "loader": "synthetic", "status": "ok", "runs": runs_ok},
+                       {"model": "resnet50", "loader": "pytorch-nvjpeg", "status": "ok", "runs": runs_ok},
+                       {"model": "resnet50", "loader": "ffcv", "status": "failed",
+                        "reason": "run 1/2 failed — timeout: killed by the kit after 600 s", "runs": []}]}
+    src = SimpleNamespace(doc=doc)
+    assert e2e.caveats(src) == ["**Failed cell** — resnet50 fed by ffcv: run 1/2 failed — timeout: killed by the kit "
+                                "after 600 s. No figure in its row; a run that did not end cleanly is never counted, "
+                                "even one that printed a result first."]
+    assert e2e.gpu_users(src) == ["training", "pytorch-nvjpeg (decode)"]
+    for r in doc["results"]:
+        for run in r["runs"]:
+            run["device"] = "cpu"
+    assert e2e.gpu_users(src) == []

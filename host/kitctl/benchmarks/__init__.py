@@ -106,6 +106,9 @@ class Benchmark:
     unfinished_figure: str = "result"  # "Nothing in an unfinished row is a <unfinished_figure>"
     progress: Callable[[Any, dict[str, Any]], str] = lambda src, cell: ""  # "3 candidates so far, largest pass 64"
     caveats_protocol: Callable[[Any], list[str]] = _none  # caveats of its protocol (after the TF32 one)
+    # Source -> an interrupted result's caveat, for results whose cells are not engine × precision ones (the
+    # data benchmarks'); None: the engines' (cell_noun, unfinished_figure, progress above)
+    partial_caveat: Callable[[Any], str] | None = None
     # Source -> what of this result ran on a GPU ("pytorch-nvjpeg (decode)", "training"), read from its own
     # config and runs, for the report's GPU lines: a GPU recorded in host.gpu but used by nothing is "unused",
     # and a GPU used but not recorded (an older data artifact) is "not recorded", never "CPU". None: the

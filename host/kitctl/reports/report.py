@@ -266,13 +266,13 @@ def caveats(src: Source) -> list[str]:
     """Every caveat that applies to this result, in a fixed order."""
     out: list[str] = []
     d = src.doc
+    bench = benchmarks.get(src.benchmark)
     if src.kind == KITCTL and src.state != "complete":
-        out.append(_partial_caveat(src))
+        out.append(bench.partial_caveat(src) if bench.partial_caveat else _partial_caveat(src))
     elif src.kind == KITCTL and d.get("resumes"):
         by = f" ({d['interrupted_by']})" if d.get("interrupted_by") else ""
         out.append(f"**Resumed** — the run was interrupted{by} and resumed {len(d['resumes'])}×: the candidates "
                    f"finished before the interruption were kept, not repeated (see Reproduce).")
-    bench = benchmarks.get(src.benchmark)
     out += bench.caveats_results(src)
     if src.emulated and src.limit_mib is not None:
         card = (f"this {src.gpu_name}'s {num(src.card_total_mib)} MiB" if src.gpu_name is not None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ...reports.format import table
-from ...datarun import FFCV_MACHINE
+from ...datarun import FFCV_MACHINE, cell_caveats, partial_caveat
 from .table import rows, table_rows
 
 if TYPE_CHECKING:
@@ -81,3 +81,18 @@ def measured(doc: dict[str, Any]) -> list[list[str]]:
                            f"a distribution-free interval of the median"],
             ["Workers", ", ".join(map(str, c["workers"]))],
             ["Timeout", f"{c['timeout_s']:,.0f} s per run"]]
+
+
+def _label(c: dict[str, Any]) -> str:
+    return f"{c['loader']} {c['encoding']}@{c['side']} {c['source']}, {c['workers']} workers"
+
+
+def caveats(src: Source) -> list[str]:
+    """A failed cell, and one whose median rests on fewer runs than asked, named with why."""
+    return cell_caveats(src.doc, _label, src.doc["configuration"].get("runs"))
+
+
+def interrupted(src: Source) -> str:
+    c = src.doc["configuration"]
+    planned = len(c["loaders"]) * len(c["encodings"]) * len(c["sides"]) * len(c["sources"]) * len(c["workers"])
+    return partial_caveat(src, _label, planned, "loader × data × source × workers cells", c.get("runs"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ...reports.format import table
-from ...datarun import FFCV_PUBLISHED_GB
+from ...datarun import FFCV_PUBLISHED_GB, cell_caveats, partial_caveat
 from .table import rows, table_rows
 
 if TYPE_CHECKING:
@@ -50,3 +50,17 @@ def measured(doc: dict[str, Any]) -> list[list[str]]:
             ["Images", f"corpus `{c['corpus']}`" + (f", first {c['limit']:,}" if c.get("limit") else ", all")],
             ["Sizes", c.get("sizes", "")],
             ["ImageNet equivalent", f"bytes per image × {c.get('imagenet_images', 1_281_167):,}"]]
+
+
+def _label(c: dict[str, Any]) -> str:
+    return f"{c['format']} {c['encoding']}@{c['side']}"
+
+
+def caveats(src: Source) -> list[str]:
+    return cell_caveats(src.doc, _label, None)
+
+
+def interrupted(src: Source) -> str:
+    c = src.doc["configuration"]
+    return partial_caveat(src, _label, len(c["formats"]) * len(c["encodings"]) * len(c["sides"]),
+                          "format × encoding × side datasets", None)

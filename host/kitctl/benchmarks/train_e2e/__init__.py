@@ -9,4 +9,4 @@ register(Benchmark(name="train-e2e", title="Training fed by each loader", config
                    report_result=report.result_table, report_ratios=report.ratios, ratio_what="training images/s",
                    report_unit="training images/s (median)", plots=plots.plots, report_measured=report.measured, no_ratios="",
                    headline=report.headline, caveats_results=report.caveats,
-                   gpu_users=report.gpu_users))
+                   gpu_users=report.gpu_users, partial_caveat=report.interrupted))
