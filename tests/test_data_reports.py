@@ -179,3 +179,36 @@ def test_train_e2e_names_its_failed_cells_and_what_ran_on_the_gpu():
         for run in r["runs"]:
             run["device"] = "cpu"
     assert e2e.gpu_users(src) == []
+
+
+# ---- 4. "ImageNet GB (file)" does not multiply a small sample's ffcv page padding by 1.28 M -----------------
+
+def test_ffcv_file_extrapolation_adds_the_writers_padding_once_not_per_image():
+    from kitctl.benchmarks.datasize.table import FFCV_PAGE_BYTES, imagenet_file_gb, rows
+
+    doc = doc_of(SIZE)
+    r = next(x for x in rows(doc) if (x["encoding"], x["side"]) == ("jpeg50", 256))
+    assert round(r["file_b"]) == 71_327 and round(r["gb_payload"], 2) == 7.63  # the measured fields, as recorded
+    # 11,908,064 B payload + 48,000 B allocation table (2,000 × 24) per image, + 16 pages of padding
+    # (130,698,272 B, under 17 pages) once: 7.6281 + 0.0307 + 0.1307 GB; the naive figure was 91.38
+    assert r["gb_file"] == pytest.approx(7.7895, abs=1e-3)
+    size = {"images": 2000, "payload_bytes": 11_908_064, "file_bytes": 142_654_336, "write_workers": 16}
+    assert imagenet_file_gb("ffcv", size, imagenet=2000) == pytest.approx(142_654_336 / 1e9)  # n = N: the file
+    # padding beyond (W + 1) pages grows with the images (raw@1600's page tails): that part is scaled
+    big = {"images": 2000, "payload_bytes": 1_639_395_054, "file_bytes": 1_954_593_664, "write_workers": 16}
+    padding = 1_954_593_664 - 48_000 - 1_639_395_054
+    expect = ((1_639_395_054 + 48_000 + padding - 17 * FFCV_PAGE_BYTES) / 2000 * 1_281_167 + 17 * FFCV_PAGE_BYTES) / 1e9
+    assert imagenet_file_gb("ffcv", big) == pytest.approx(expect)
+    assert imagenet_file_gb("ffcv", {**size, "write_workers": None}) is None  # the rule cannot apply: "—"
+    # tar's headers and padding come per image: file bytes per image × ImageNet
+    assert imagenet_file_gb("webdataset", {"images": 10, "payload_bytes": 9_000, "file_bytes": 20_480}) == \
+        pytest.approx(2048 * 1_281_167 / 1e9)
+
+
+def test_datasize_report_labels_the_extrapolated_file_figure_and_states_its_rule():
+    text = render([load_source(SIZE)])
+    assert "| ImageNet GB (file, extrapolated) |" in text and "| ImageNet GB (file) |" not in text
+    assert "| ffcv | jpeg50 | 256 | 2,000 | 5,954 | 71,327 | 7.63 | 7.79 | — |" in text
+    assert "91.38" not in text.split("**ffcv**")[0].split("| ffcv | jpeg90 | 1600")[0]
+    assert "_ImageNet GB (file, extrapolated): ffcv: payload and allocation table" in text
+    assert "(W = 16 here)" in text and "| ImageNet file, ffcv |" in text
