@@ -212,3 +212,10 @@ def test_datasize_report_labels_the_extrapolated_file_figure_and_states_its_rule
     assert "91.38" not in text.split("**ffcv**")[0].split("| ffcv | jpeg90 | 1600")[0]
     assert "_ImageNet GB (file, extrapolated): ffcv: payload and allocation table" in text
     assert "(W = 16 here)" in text and "| ImageNet file, ffcv |" in text
+
+
+def test_a_single_run_cell_has_no_interval_rather_than_dashes():
+    text = render([load_source(LOAD_RAW)])
+    assert "—–—" not in text
+    assert "| pytorch-dataloader | raw@256 | ram | 16 | 5,097 | — | 319 | 1 |" in text
+    assert "1 run per cell" in text

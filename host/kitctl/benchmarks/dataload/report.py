@@ -77,7 +77,7 @@ def measured(doc: dict[str, Any]) -> list[list[str]]:
             ["Sources", "; ".join(f"{k}: {v}" for k, v in (c.get("sources_meaning") or {}).items()
                                   if k in c["sources"])],
             ["Speed rule", f"batch {c['batch']}; one warm-up epoch, then {c['epochs']} timed epoch(s); images/s = "
-                           f"images ÷ timed wall time; {c['runs']} runs per cell, each a fresh process; median and "
+                           f"images ÷ timed wall time; {c['runs']} run{'s' if c['runs'] != 1 else ''} per cell, each a fresh process; median and "
                            f"a distribution-free interval of the median"],
             ["Workers", ", ".join(map(str, c["workers"]))],
             ["Timeout", f"{c['timeout_s']:,.0f} s per run"]]
