@@ -219,3 +219,10 @@ def test_a_single_run_cell_has_no_interval_rather_than_dashes():
     assert "—–—" not in text
     assert "| pytorch-dataloader | raw@256 | ram | 16 | 5,097 | — | 319 | 1 |" in text
     assert "1 run per cell" in text
+
+
+def test_results_list_headline_names_the_fastest_loader_per_data_and_source():
+    from kitctl.reports.results_list import headline
+
+    assert headline(load_source(LOAD_JPEG)) == ("jpeg90@256 · ram · 16 workers: webdataset 6,184 img/s; "
+                                                "jpeg90@256 · cold · 16 workers: webdataset 6,356 img/s")

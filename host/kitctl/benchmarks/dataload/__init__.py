@@ -17,4 +17,5 @@ register(Benchmark(name="dataload", title="Data loading", config=DataloadConfig,
                    report_unit="images/s (median)", plots=plots.plots, report_measured=report.measured,
                    add_commands=_add_data_commands, gpu_users=report.gpu_users, cells=report.cells,
                    cell_heads=("Loader", "Data · source · workers"), no_ratios=report.NO_RATIOS,
-                   caveats_results=report.caveats, partial_caveat=report.interrupted))
+                   caveats_results=report.caveats, partial_caveat=report.interrupted,
+                   headline=report.headline))

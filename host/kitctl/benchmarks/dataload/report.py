@@ -54,6 +54,15 @@ def ratios(sources: list[Any]) -> list[Any]:
     return out
 
 
+def headline(src: Source) -> str:
+    """`kitctl results list`: the fastest loader per data · source · workers (its median images/s)."""
+    best: dict[str, dict[str, Any]] = {}
+    for r in rows(src.doc):
+        if r["status"] == "ok" and r["median"] and (_key(r) not in best or r["median"] > best[_key(r)]["median"]):
+            best[_key(r)] = r
+    return "; ".join(f"{k}: {r['loader']} {r['median']:,.0f} img/s" for k, r in best.items())
+
+
 NO_RATIOS = f"_No loader beside {BASELINE} with a figure on the same data, source and workers: no ratios._"
 
 
