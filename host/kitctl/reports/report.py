@@ -523,7 +523,7 @@ def _machine_kitctl(src: Source) -> list[list[str]]:
         rows.append(["GPU use", f"{join(users)} ran on it; nothing else did" if users else
                      "unused: nothing in this run ran on a GPU (CPU loaders and CPU work only)"])
     elif not g and users:
-        rows.append(["GPU", f"not recorded (an artifact from before the data benchmarks recorded their GPU); "
+        rows.append(["GPU", f"not recorded (the artifact names none: written before the data benchmarks recorded their GPU, or without NVML); "
                             f"{join(users)} ran on a GPU"])
     elif not g:
         rows.append(["GPU", "none (CPU run)"])
