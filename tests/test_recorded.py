@@ -35,19 +35,19 @@ def test_every_committed_artifact_reads_through_the_view(path):
     raw = json.loads(path.read_text(encoding="utf-8"))["configuration"]
     src = load_source(path)
     view = src.config
-    bench = benchmarks.get(src.benchmark)
-    if bench.recorded is None:  # no keys of its own (the data benchmarks): the view says so
-        assert view.own is None
-    else:
-        assert isinstance(view.own, bench.recorded)
-    for obj in (view, view.own) if view.own is not None else (view,):
+    own_type = benchmarks.get(src.benchmark).recorded
+    if own_type is None:  # a data benchmark (datasize, dataload): no own view, none of the training keys
+        assert view.own is None and not view.engines and view.model is None
+        assert all(getattr(view, f.name) == raw[f.name] for f in dataclasses.fields(view) if f.name in raw)
+        return
+    assert isinstance(view.own, own_type)
+    for obj in (view, view.own):
         for f in dataclasses.fields(obj):
             if f.metadata.get("recorded", True):
                 # each key exactly as recorded; a missing one its default
                 expected = raw[f.name] if f.name in raw else f.default
                 assert getattr(obj, f.name) == expected, (path.name, f.name)
-    if bench.engine_cells:  # the schema's required keys of the engine benchmarks
-        assert view.engines and view.precisions and view.dataset and view.timeout_s
+    assert view.engines and view.precisions and view.dataset and view.timeout_s  # the schema's required keys
 
 
 def test_an_older_artifact_lacking_keys_gets_the_defaults():

@@ -54,10 +54,38 @@ class TrialRun:
                 "error": self.error, "stderr_tail": self.stderr_tail}
 
 
-def run_trial(python: str, argv: list[str], timeout_s: float) -> TrialRun:
+def detect_gpu(lib: Any = None) -> dict[str, Any] | None:
+    """The GPU a data run's GPU loaders (pytorch-nvjpeg, dali-gpu) and GPU training use, described through NVML
+    as the engine benchmarks describe theirs (`Nvml.info`, the artifact's host.gpu): NVML's GPU 0, as `--gpu`'s
+    default is for the engines. None where there is none: no nvidia-ml-py, no driver, or no device (a CPU host).
+    `lib`: pynvml, or the named stand-in the tests pass (tests/fake_nvml.py)."""
+    from .core.gpu import GpuError, Nvml
+
+    try:
+        nvml = Nvml(lib)
+        if nvml.count() == 0:
+            return None
+        index, handle = nvml.resolve(None)
+        return nvml.info(index, handle).to_json()
+    except GpuError:
+        return None
+    except Exception:  # noqa: BLE001 - an NVML call failing on a broken driver: described as no GPU, not a crash
+        return None
+
+
+def trial_env(gpu_uuid: str | None) -> dict[str, str]:
+    """A data trial's environment: with a recorded GPU, CUDA sees that one only (by UUID: NVML and CUDA number
+    devices differently), so what ran on a GPU ran on the GPU the artifact names."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if gpu_uuid:
+        env["CUDA_VISIBLE_DEVICES"] = gpu_uuid
+    return env
+
+
+def run_trial(python: str, argv: list[str], timeout_s: float, gpu_uuid: str | None = None) -> TrialRun:
     """One fresh trial process in its own session; the whole group is killed on timeout or signal."""
     t0 = time.monotonic()
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = trial_env(gpu_uuid)
     proc = subprocess.Popen([python, str(trial_path()), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True, env=env)
     timed_out = False
@@ -148,18 +176,22 @@ def check_corpus(corpus: str) -> Path:
     return p
 
 
-def new_doc(benchmark: str, config_json: dict[str, Any]) -> dict[str, Any]:
+def new_doc(benchmark: str, config_json: dict[str, Any], gpu: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A new data artifact; `gpu`: the GPU its trials may use (detect_gpu), else host.gpu is null."""
     now = art.utc_iso()
+    host = host_info()
+    host["gpu"] = gpu
     return {"schema_version": art.SCHEMA_VERSION, "kind": "kitctl-artifact", "benchmark": benchmark,
             "run_id": uuid.uuid4().hex[:12], "state": "running", "created_utc": now, "updated_utc": now,
-            "finished_utc": None, "kit": kit_info(), "argv": sys.argv, "host": host_info(),
+            "finished_utc": None, "kit": kit_info(), "argv": sys.argv, "host": host,
             "runtime": {"name": "local", "interpreter": None}, "configuration": config_json, "budget": None,
             "engines": {}, "results": []}
 
 
 def open_store(benchmark: str, results_dir: Path, resume: Path | None,
-               new_config: Callable[[], Any], config_of: Callable[[dict[str, Any]], Any]):
-    """(store, doc, config): a new run's, or a partial's for --resume (its recorded configuration)."""
+               new_config: Callable[[], Any], config_of: Callable[[dict[str, Any]], Any], uses_gpu: bool = False):
+    """(store, doc, config): a new run's, or a partial's for --resume (its recorded configuration and GPU).
+    `uses_gpu`: a benchmark whose trials may run on a GPU records the one they would use (detect_gpu)."""
     try:
         if resume is not None:
             store, doc = art.open_for_resume(resume)
@@ -172,7 +204,7 @@ def open_store(benchmark: str, results_dir: Path, resume: Path | None,
             return store, doc, cfg
         cfg = new_config()
         store = art.ArtifactStore.pending(results_dir, benchmark, "rrc224", "corpus")
-        return store, new_doc(benchmark, cfg.to_json()), cfg
+        return store, new_doc(benchmark, cfg.to_json(), detect_gpu() if uses_gpu else None), cfg
     except art.ArtifactError as exc:
         raise Fail(str(exc)) from None
 
@@ -180,13 +212,15 @@ def open_store(benchmark: str, results_dir: Path, resume: Path | None,
 def run_command(benchmark: str, results_dir: Path, resume: Path | None, new_config: Callable[[], Any],
                 config_of: Callable[[dict[str, Any]], Any], runtime_of: Callable[[Any], dict[str, Any]],
                 body: Callable[[Any, art.ArtifactStore, dict[str, Any], Callable[[str], None]], None],
-                print_table: Callable[..., None], all_ok: Callable[[dict[str, Any]], bool]) -> None:
+                print_table: Callable[..., None], all_ok: Callable[[dict[str, Any]], bool],
+                uses_gpu: bool = False) -> None:
     """What every data benchmark's `kitctl run` does after parsing its flags: open the run (new or
-    --resume; bad input is one line, exit 2), record its runtime, run its units (body(cfg, store, doc,
-    note) saves after each), print its end table and exit (0 all ok, else incomplete)."""
+    --resume; bad input is one line, exit 2), record its runtime (and, `uses_gpu`, the GPU its trials see),
+    run its units (body(cfg, store, doc, note) saves after each), print its end table and exit (0 all ok,
+    else incomplete)."""
     console = Console(highlight=False)
     try:
-        store, doc, cfg = open_store(benchmark, results_dir, resume, new_config, config_of)
+        store, doc, cfg = open_store(benchmark, results_dir, resume, new_config, config_of, uses_gpu)
     except Fail as exc:
         err.print(f"kitctl: {exc}")
         raise typer.Exit(EXIT_USAGE) from None
@@ -382,6 +416,13 @@ class Where:
     image_tag: str
     run_id: str
     read_cap: ReadCap | None = None  # docker: the loaders' reads of a dataset capped (dataload --read-mbps)
+    gpu_uuid: str | None = None  # local: the recorded GPU (host.gpu), the only one the trials' CUDA sees
+
+    @classmethod
+    def of(cls, cfg: Any, doc: dict[str, Any], read_cap: ReadCap | None = None) -> Where:
+        """Where a loader benchmark's config runs its trials, on the GPU its artifact recorded (if any)."""
+        return cls(cfg.runtime, cfg.python, cfg.image_tag, doc["run_id"], read_cap,
+                   ((doc.get("host") or {}).get("gpu") or {}).get("uuid"))
 
 
 def write_dataset(where: Where, benchmark: str, corpus: str, out: Path, fmt: str, enc: str, side: int,
@@ -409,7 +450,8 @@ def run_on_dataset(where: Where, benchmark: str, image: str | None, argv: list[s
         assert image is not None, "a docker run names its image"
         return run_trial_docker(image, [*argv, *(["--dataset", CONTAINER_DATA] if dataset else [])], timeout_s,
                                 where.run_id, benchmark, data=dataset, read_cap=where.read_cap if dataset else None)
-    return run_trial(where.python, [*argv, *(["--dataset", str(dataset)] if dataset else [])], timeout_s)
+    return run_trial(where.python, [*argv, *(["--dataset", str(dataset)] if dataset else [])], timeout_s,
+                     where.gpu_uuid)
 
 
 # -- the datasets a loader run reads (dataload's and train-e2e's) ------------------------------------------------
@@ -450,3 +492,42 @@ def prepare_datasets(where: Where, benchmark: str, corpus: str, data_dir: str, l
                                 "versions": (tr.result or {}).get("versions")})
         note(f"dataset {d.name}: {tr.status}" + (f" ({tr.error})" if tr.error else f" in {tr.elapsed_s:.1f} s"))
     return problems
+
+
+# -- what the data benchmarks' reports say about their cells (dataload, train-e2e, datasize) ----------------------
+def cell_caveats(doc: dict[str, Any], label: Callable[[dict[str, Any]], str], runs_asked: int | None) -> list[str]:
+    """A caveat per failed cell (its reason: the row has no figure) and per finished cell whose figure rests on
+    fewer passing runs than the run asked for (`runs_asked`; None: one unit per cell, as datasize's)."""
+    out = []
+    for c in doc["results"]:
+        if c.get("status") == "failed" or (c.get("status") not in ("ok", "pending", None) and c.get("error")):
+            why = c.get("reason") or c.get("error") or c.get("status")
+            out.append(f"**Failed cell** — {label(c)}: {why}. No figure in its row; a run that did not end cleanly "
+                       "is never counted, even one that printed a result first.")
+        elif c.get("status") == "ok" and runs_asked:
+            n = sum(1 for r in c.get("runs") or [] if r.get("status") == "ok")
+            if n < runs_asked:
+                out.append(f"**Fewer runs than asked** — {label(c)}: its figure is the median of {n} of the "
+                           f"{runs_asked} runs asked for.")
+    return out
+
+
+def partial_caveat(src: Any, label: Callable[[dict[str, Any]], str], planned: int, noun: str,
+                   runs_asked: int | None) -> str:
+    """An interrupted data run's caveat (the engines' one reads engine × precision cells): what finished, what
+    did not and how far, and how to continue it."""
+    d = src.doc
+    by = f" by {d['interrupted_by']}" if d.get("interrupted_by") else ""
+    done = [c for c in d["results"] if c.get("status") != "pending"]
+    unfinished = []
+    for c in d["results"]:
+        if c in done:
+            continue
+        n = sum(1 for r in c.get("runs") or [] if r.get("status") == "ok")
+        unfinished.append(label(c) + (f" ({n} of {runs_asked} runs)" if runs_asked else ""))
+    run = f"kitctl run {src.benchmark} --resume"
+    resume = f"`{run} {src.name}`" if src.name.endswith(".partial.json") else f"`{run}` on its `.partial.json`"
+    text = f"**Partial result** — the artifact is `{src.state}`{by}: {len(done)} of {planned} {noun} finished"
+    if unfinished:
+        text += f"; unfinished: {'; '.join(unfinished)}"
+    return text + f". An unfinished cell has no figure; continue with {resume}."

@@ -83,6 +83,12 @@ class Benchmark:
     # Source -> [(engine, precision, text, figure)]: one result's cells, in order, for side-by-side
     # overviews and the engine list; figure = (value, is a lower bound) or None where there is none.
     cells: Callable[[Any], list[tuple[str, str, str, tuple[float, bool] | None]]] = _none
+    # The overview's side-by-side key columns (one row per key of `cells`) and the key column of its "Headline
+    # ratios": an engine benchmark's (engine, precision); a data benchmark names its own key (loader, data).
+    cell_heads: tuple[str, str] = ("Engine", "Precision")
+    # "Headline ratios" when there are none: None → "_Fewer than two engines with a <ratio_what> per precision:
+    # no ratios._"; "" → the section is left out (a benchmark whose figures have no ratios of that kind).
+    no_ratios: str | None = None
     # -- its parts of `kitctl report` ---------------------------------------------------------------
     # Whether its "results" are engine × precision cells with trials/runs: the report's TF32 caveat,
     # calibrated overheads and sampler rates read them (another shape: those lines are left out).
@@ -100,6 +106,14 @@ class Benchmark:
     unfinished_figure: str = "result"  # "Nothing in an unfinished row is a <unfinished_figure>"
     progress: Callable[[Any, dict[str, Any]], str] = lambda src, cell: ""  # "3 candidates so far, largest pass 64"
     caveats_protocol: Callable[[Any], list[str]] = _none  # caveats of its protocol (after the TF32 one)
+    # Source -> an interrupted result's caveat, for results whose cells are not engine × precision ones (the
+    # data benchmarks'); None: the engines' (cell_noun, unfinished_figure, progress above)
+    partial_caveat: Callable[[Any], str] | None = None
+    # Source -> what of this result ran on a GPU ("pytorch-nvjpeg (decode)", "training"), read from its own
+    # config and runs, for the report's GPU lines: a GPU recorded in host.gpu but used by nothing is "unused",
+    # and a GPU used but not recorded (an older data artifact) is "not recorded", never "CPU". None: the
+    # engine benchmarks' rule (host.gpu is the candidates' GPU; none is a CPU run).
+    gpu_users: Callable[[Any], list[str]] | None = None
     # Source -> one headline of `kitctl results list` ("pytorch-eager fp32: 1,234; …"); "" → "—"
     headline: Callable[[Any], str] = lambda src: ""
     # -- `kitctl compare` -----------------------------------------------------------------------------

@@ -128,6 +128,8 @@ def _overview(sources: list[Source], plots: list[PlotFile], base: Path) -> list[
                 if figure is not None:
                     nums[(n, engine, precision)] = figure
         keys = list(dict.fromkeys(keys))
+        if not keys:  # a benchmark without such cells (datasize, train-e2e): no empty table
+            continue
         first = group[0][0]
 
         def ratio(n: int, e: str, p: str) -> str:
@@ -138,7 +140,7 @@ def _overview(sources: list[Source], plots: list[PlotFile], base: Path) -> list[
 
         later = [n for n, _ in group[1:]]
         lines += [f"Side by side, {bench.report_unit} (ratios against [{first}]):", ""]
-        lines += table(["Engine", "Precision", *[f"[{n}] {s.machine_short}" for n, s in group],
+        lines += table([*bench.cell_heads, *[f"[{n}] {s.machine_short}" for n, s in group],
                          *[f"[{n}] ÷ [{first}]" for n in later]],
                         [[engine_label(e), p, *[vals.get((n, e, p), "—") for n, _ in group],
                           *[ratio(n, e, p) for n in later]] for e, p in keys],
@@ -169,7 +171,7 @@ def _cross_ratios(group: list[tuple[int, Source]], bench: benchmarks.Benchmark) 
         if found:
             refs = ", ".join(f"[{n}]" for n, _ in members)
             out += [f"Across {refs} (same GPU, VRAM limit and data; each engine from its own run):", ""]
-            out += _ratio_table(found) + [""]
+            out += _ratio_table(found, bench.cell_heads[1]) + [""]
     return out
 
 
@@ -183,11 +185,13 @@ def _source_section(src: Source, level: int, plots: list[PlotFile], base: Path, 
     bench = benchmarks.get(src.benchmark)
     lines += [hh("Result"), ""] + bench.report_result(src) + [""]
     ratios = bench.report_ratios([src])
-    lines += [hh("Headline ratios"), ""]
     if ratios:
-        lines += _ratio_table(ratios) + [""]
-    else:
-        lines += [f"_Fewer than two engines with a {bench.ratio_what} per precision: no ratios._", ""]
+        lines += [hh("Headline ratios"), ""] + _ratio_table(ratios, bench.cell_heads[1]) + [""]
+    elif bench.no_ratios is None:
+        lines += [hh("Headline ratios"), "",
+                  f"_Fewer than two engines with a {bench.ratio_what} per precision: no ratios._", ""]
+    elif bench.no_ratios:
+        lines += [hh("Headline ratios"), "", bench.no_ratios, ""]
     if src.kind != KITCTL:
         lines += _stated_figures(src, hh)
     lines += [hh("Caveats"), ""]
@@ -234,9 +238,9 @@ def _meta_line(src: Source) -> str:
                        f"{sum(len(e.get('all_trials', [])) for *_, e in cells)} candidates"])
 
 
-def _ratio_table(ratios: list[Ratio]) -> list[str]:
-    return table(["Precision", "Comparison", "Ratio"], [[r.precision, f"{r.a} vs {r.b}", r.value_text]
-                                                        for r in ratios], right={2})
+def _ratio_table(ratios: list[Ratio], key_head: str = "Precision") -> list[str]:
+    return table([key_head, "Comparison", "Ratio"], [[r.precision, f"{r.a} vs {r.b}", r.value_text]
+                                                     for r in ratios], right={2})
 
 
 # ---- caveats --------------------------------------------------------------------------------
@@ -262,13 +266,13 @@ def caveats(src: Source) -> list[str]:
     """Every caveat that applies to this result, in a fixed order."""
     out: list[str] = []
     d = src.doc
+    bench = benchmarks.get(src.benchmark)
     if src.kind == KITCTL and src.state != "complete":
-        out.append(_partial_caveat(src))
+        out.append(bench.partial_caveat(src) if bench.partial_caveat else _partial_caveat(src))
     elif src.kind == KITCTL and d.get("resumes"):
         by = f" ({d['interrupted_by']})" if d.get("interrupted_by") else ""
         out.append(f"**Resumed** — the run was interrupted{by} and resumed {len(d['resumes'])}×: the candidates "
                    f"finished before the interruption were kept, not repeated (see Reproduce).")
-    bench = benchmarks.get(src.benchmark)
     out += bench.caveats_results(src)
     if src.emulated and src.limit_mib is not None:
         card = (f"this {src.gpu_name}'s {num(src.card_total_mib)} MiB" if src.gpu_name is not None
@@ -514,7 +518,14 @@ def _machine_kitctl(src: Source) -> list[list[str]]:
             rows.append(["Clocks at start", f"SM {fmt_int(c.get('sm'))} MHz (max {fmt_int(mx.get('sm'))}), memory "
                          f"{fmt_int(c.get('memory'))} MHz; power limit {num(g.get('power_limit_w'))} W; "
                          f"persistence {g.get('persistence_mode', '?')}"])
-    else:
+    users = src.gpu_users
+    if g and users is not None:  # a data benchmark: what ran on it, never a CPU loader
+        rows.append(["GPU use", f"{join(users)} ran on it; nothing else did" if users else
+                     "unused: nothing in this run ran on a GPU (CPU loaders and CPU work only)"])
+    elif not g and users:
+        rows.append(["GPU", f"not recorded (the artifact names none: written before the data benchmarks recorded their GPU, or without NVML); "
+                            f"{join(users)} ran on a GPU"])
+    elif not g:
         rows.append(["GPU", "none (CPU run)"])
     rows.append(["Host", f"{host.get('hostname')} · {host.get('cpu_count', '?')} CPUs · {host.get('platform')} · "
                  f"controller Python {host.get('python')}"])

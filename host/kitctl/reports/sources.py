@@ -64,6 +64,13 @@ class Source:
         return self.kind == KITCTL
 
     @property
+    def gpu_users(self) -> list[str] | None:
+        """What of this result ran on a GPU, as its benchmark reads it (Benchmark.gpu_users); None: the benchmark
+        follows the engines' rule (host.gpu is what ran)."""
+        bench = benchmarks.get(self.benchmark) if self.kind == KITCTL else None
+        return None if bench is None or bench.gpu_users is None else bench.gpu_users(self)
+
+    @property
     def name(self) -> str:
         return self.path.name
 
@@ -77,9 +84,16 @@ class Source:
 
     @property
     def machine_short(self) -> str:
-        """"NVIDIA H200", "NVIDIA H200 @ 16,376 MiB" (emulated limit) or "cpu"."""
+        """"NVIDIA H200", "NVIDIA H200 @ 16,376 MiB" (emulated limit) or "cpu"; for a benchmark that says what
+        ran on a GPU (the data benchmarks): "NVIDIA H200 (unused)" when nothing did, "GPU (not recorded)" when
+        something did on a GPU the artifact does not name."""
+        users = self.gpu_users
         if self.gpu_name is None:
+            if users:
+                return "GPU (not recorded)"
             return "CPU" if self.kind == KITCTL else "—"
+        if users == []:
+            return f"{self.gpu_name} (unused)"
         if self.emulated and self.limit_mib:
             return f"{self.gpu_name} @ {self.limit_mib:,.0f} MiB"
         return self.gpu_name

@@ -16,4 +16,7 @@ register(Benchmark(name="dataload", title="Data loading", config=DataloadConfig,
                    report_result=report.result_table, report_ratios=report.ratios, ratio_what="images/s",
                    report_unit="images/s (median)", plots=plots.plots, report_measured=report.measured,
                    caveats_protocol=report.caveats_protocol,
-                   add_commands=_add_data_commands))
+                   add_commands=_add_data_commands, gpu_users=report.gpu_users, cells=report.cells,
+                   cell_heads=("Loader", "Data · source · workers"), no_ratios=report.NO_RATIOS,
+                   caveats_results=report.caveats, partial_caveat=report.interrupted,
+                   headline=report.headline))

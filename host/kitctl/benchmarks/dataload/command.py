@@ -46,4 +46,4 @@ def dataload(
         lambda: DataloadConfig.from_flags(corpus, data_dir, loaders, workers, source, encoding, side, runs, epochs,
                                           batch, limit, timeout, python, runtime, image_tag, read_mbps),
         DataloadConfig.from_json,
-        DataloadConfig.runtime_record, runner.run, print_table, all_ok)
+        DataloadConfig.runtime_record, runner.run, print_table, all_ok, uses_gpu=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ...reports.format import table
-from ...datarun import FFCV_MACHINE
-from .table import table_rows
+from ...datarun import FFCV_MACHINE, cell_caveats, partial_caveat
+from .table import rows, table_rows
 
 if TYPE_CHECKING:
     from ...reports.sources import Source
@@ -41,8 +41,61 @@ def caveats_protocol(src: Source) -> list[str]:
             "understate the loader's steady rate; a larger --limit amortises them."]
 
 
+BASELINE = "pytorch-dataloader"  # the loader every other is compared with: PyTorch's own path, in every image
+
+
+def _key(r: dict[str, Any]) -> str:
+    """A cell's key beside its loader: same data, source and workers (what a ratio holds equal)."""
+    return f"{r['encoding']}@{r['side']} · {r['source']} · {r['workers']} workers"
+
+
+def cells(src: Source) -> list[tuple[str, str, str, tuple[float, bool] | None]]:
+    """The overview's side by side: one row per loader × (data · source · workers), its median images/s."""
+    out = []
+    for r in rows(src.doc):
+        ok = r["status"] == "ok" and r["median"] is not None
+        out.append((r["loader"], _key(r), f"{r['median']:,.0f}" if ok else "FAILED" if r["status"] == "failed"
+                    else r["status"], (r["median"], False) if ok else None))
+    return out
+
+
 def ratios(sources: list[Any]) -> list[Any]:
-    return []
+    """Each loader's median images/s against pytorch-dataloader's, same data, source and workers. Across several
+    results (the overview), only pairs whose two loaders come from different results: the others are each one's own."""
+    from ...core.tables import Ratio
+
+    out = []
+    found = [(i, r) for i, s in enumerate(sources) for r in rows(s.doc) if r["status"] == "ok" and r["median"]]
+    for i, base in found:
+        if base["loader"] != BASELINE:
+            continue
+        for j, r in found:
+            if r["loader"] == BASELINE or _key(r) != _key(base) or (len(sources) > 1 and i == j):
+                continue
+            out.append(Ratio(_key(r), r["loader"], BASELINE, r["median"] / base["median"], "as fast"))
+    return out
+
+
+def headline(src: Source) -> str:
+    """`kitctl results list`: the fastest loader per data · source · workers (its median images/s)."""
+    best: dict[str, dict[str, Any]] = {}
+    for r in rows(src.doc):
+        if r["status"] == "ok" and r["median"] and (_key(r) not in best or r["median"] > best[_key(r)]["median"]):
+            best[_key(r)] = r
+    return "; ".join(f"{k}: {r['loader']} {r['median']:,.0f} img/s" for k, r in best.items())
+
+
+NO_RATIOS = f"_No loader beside {BASELINE} with a figure on the same data, source and workers: no ratios._"
+
+
+# The loaders that decode on a GPU (trials/dataload/loaders.py); every other loader runs on CPU cores only.
+GPU_LOADERS = ("pytorch-nvjpeg", "dali-gpu")
+
+
+def gpu_users(src: Source) -> list[str]:
+    """The GPU loaders that ran (a run recorded) in this result: what used the GPU; a CPU loader never did."""
+    ran = [c["loader"] for c in src.doc["results"] if c["loader"] in GPU_LOADERS and c.get("runs")]
+    return [f"{ld} (decode)" for ld in dict.fromkeys(ran)]
 
 
 def measured(doc: dict[str, Any]) -> list[list[str]]:
@@ -55,7 +108,22 @@ def measured(doc: dict[str, Any]) -> list[list[str]]:
             ["Sources", "; ".join(f"{k}: {v}" for k, v in (c.get("sources_meaning") or {}).items()
                                   if k in c["sources"])],
             ["Speed rule", f"batch {c['batch']}; one warm-up epoch, then {c['epochs']} timed epoch(s); images/s = "
-                           f"images ÷ timed wall time; {c['runs']} runs per cell, each a fresh process; median and "
+                           f"images ÷ timed wall time; {c['runs']} run{'s' if c['runs'] != 1 else ''} per cell, each a fresh process; median and "
                            f"a distribution-free interval of the median"],
             ["Workers", ", ".join(map(str, c["workers"]))],
             ["Timeout", f"{c['timeout_s']:,.0f} s per run"]]
+
+
+def _label(c: dict[str, Any]) -> str:
+    return f"{c['loader']} {c['encoding']}@{c['side']} {c['source']}, {c['workers']} workers"
+
+
+def caveats(src: Source) -> list[str]:
+    """A failed cell, and one whose median rests on fewer runs than asked, named with why."""
+    return cell_caveats(src.doc, _label, src.doc["configuration"].get("runs"))
+
+
+def interrupted(src: Source) -> str:
+    c = src.doc["configuration"]
+    planned = len(c["loaders"]) * len(c["encodings"]) * len(c["sides"]) * len(c["sources"]) * len(c["workers"])
+    return partial_caveat(src, _label, planned, "loader × data × source × workers cells", c.get("runs"))

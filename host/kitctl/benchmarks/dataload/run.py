@@ -48,7 +48,7 @@ def payload_rate(tr) -> float | None:
 
 def run(cfg: DataloadConfig, store, doc: dict[str, Any], note: Callable[[str], None]) -> None:
     cap = cfg.read_cap()
-    where = Where(cfg.runtime, cfg.python, cfg.image_tag, doc["run_id"], cap)
+    where = Where.of(cfg, doc, cap)
     problems = prepare(cfg, where, doc, note)
     save(store, doc)
     n = corpus_images(cfg.corpus, cfg.limit)

@@ -6,4 +6,5 @@ from .config import DatasizeConfig
 
 register(Benchmark(name="datasize", title="Dataset size", config=DatasizeConfig, command=datasize,
                    report_result=report.result_table, report_ratios=report.ratios, ratio_what="size",
-                   report_unit="ImageNet-equivalent GB", report_measured=report.measured))
+                   report_unit="ImageNet-equivalent GB", report_measured=report.measured, no_ratios="",
+                   caveats_results=report.caveats, partial_caveat=report.interrupted))

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ...reports.format import table
-from ...datarun import FFCV_PUBLISHED_GB
-from .table import rows, table_rows
+from ...datarun import FFCV_PUBLISHED_GB, cell_caveats, partial_caveat
+from .table import FILE_RULES, rows, table_rows
 
 if TYPE_CHECKING:
     from ...reports.sources import Source
@@ -15,6 +15,12 @@ if TYPE_CHECKING:
 def result_table(src: Source) -> list[str]:
     head, body = table_rows(src.doc)
     lines = table(head, body, right=set(range(2, len(head))))
+    fmts = [f for f in dict.fromkeys(r["format"] for r in rows(src.doc)) if f in FILE_RULES]
+    writers = sorted({(c.get("size") or {}).get("write_workers") for c in src.doc["results"]} - {None})
+    w = f" (W = {', '.join(map(str, writers))} here)" if "ffcv" in fmts and writers else ""
+    lines += ["", "_ImageNet GB (file, extrapolated): " + "; ".join(f"{f}: {FILE_RULES[f]}" for f in fmts) + w
+              + ". The measured bytes per image (payload, file) are the sample's own: a small sample's file bytes "
+                "per image hold its writers' padding._"]
     # FFCV's shape: rows = max side, columns = encodings, one block per format (payload GB).
     rs = [r for r in rows(src.doc) if r["status"] == "ok"]
     encs = list(dict.fromkeys(r["encoding"] for r in rs))
@@ -49,4 +55,19 @@ def measured(doc: dict[str, Any]) -> list[list[str]]:
             ["Max sides", ", ".join(map(str, c["sides"])) + " px (downscaled with area interpolation, never upscaled)"],
             ["Images", f"corpus `{c['corpus']}`" + (f", first {c['limit']:,}" if c.get("limit") else ", all")],
             ["Sizes", c.get("sizes", "")],
-            ["ImageNet equivalent", f"bytes per image × {c.get('imagenet_images', 1_281_167):,}"]]
+            ["ImageNet equivalent", f"payload: payload bytes per image × {c.get('imagenet_images', 1_281_167):,}"],
+            *[[f"ImageNet file, {fmt}", FILE_RULES[fmt]] for fmt in c["formats"] if fmt in FILE_RULES]]
+
+
+def _label(c: dict[str, Any]) -> str:
+    return f"{c['format']} {c['encoding']}@{c['side']}"
+
+
+def caveats(src: Source) -> list[str]:
+    return cell_caveats(src.doc, _label, None)
+
+
+def interrupted(src: Source) -> str:
+    c = src.doc["configuration"]
+    return partial_caveat(src, _label, len(c["formats"]) * len(c["encodings"]) * len(c["sides"]),
+                          "format × encoding × side datasets", None)

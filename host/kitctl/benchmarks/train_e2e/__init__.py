@@ -7,5 +7,6 @@ from .config import TrainE2EConfig
 
 register(Benchmark(name="train-e2e", title="Training fed by each loader", config=TrainE2EConfig, command=train_e2e,
                    report_result=report.result_table, report_ratios=report.ratios, ratio_what="training images/s",
-                   report_unit="training images/s (median)", plots=plots.plots, report_measured=report.measured,
-                   headline=report.headline, caveats_results=report.caveats))
+                   report_unit="training images/s (median)", plots=plots.plots, report_measured=report.measured, no_ratios="",
+                   headline=report.headline, caveats_results=report.caveats,
+                   gpu_users=report.gpu_users, partial_caveat=report.interrupted))

@@ -48,4 +48,4 @@ def train_e2e(
         lambda: TrainE2EConfig.from_flags(corpus, data_dir, loaders, model, precision, device, workers, encoding,
                                           side, batch, warmup, steps, runs, limit, timeout, python, runtime,
                                           image_tag),
-        TrainE2EConfig.from_json, TrainE2EConfig.runtime_record, runner.run, print_table, all_ok)
+        TrainE2EConfig.from_json, TrainE2EConfig.runtime_record, runner.run, print_table, all_ok, uses_gpu=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ...datarun import cell_caveats, partial_caveat
 from ...reports.format import table
 from .table import KEEPS_BUSY, table_rows, verdict
 
@@ -19,6 +20,14 @@ def result_table(src: Source) -> list[str]:
 
 def ratios(sources: list[Any]) -> list[Any]:
     return []
+
+
+def gpu_users(src: Any) -> list[str]:
+    """What ran on a GPU: training, in the runs whose trial recorded a CUDA device (its name; "cpu" otherwise),
+    and pytorch-nvjpeg's decode beside it."""
+    on_gpu = [c for c in src.doc["results"] if any(r.get("device") not in (None, "cpu") for r in c["runs"])]
+    out = ["training"] if on_gpu else []
+    return out + [f"{ld} (decode)" for ld in dict.fromkeys(c["loader"] for c in on_gpu if c["loader"] == "pytorch-nvjpeg")]
 
 
 def measured(doc: dict[str, Any]) -> list[list[str]]:
@@ -50,17 +59,28 @@ def measured(doc: dict[str, Any]) -> list[list[str]]:
             ["Timeout", f"{c['timeout_s']:,.0f} s per run"]]
 
 
+def _label(c: dict[str, Any]) -> str:
+    return f"{c['model']} fed by {c['loader']}"
+
+
+def interrupted(src: Any) -> str:
+    c = src.doc["configuration"]
+    return partial_caveat(src, _label, len(c["models"]) * len(c["loaders"]), "model × loader cells", c.get("runs"))
+
+
 def caveats(src: Any) -> list[str]:
-    """A window that crossed an epoch start (a small --limit) holds the loader's restart bubble, which a real
-    ImageNet epoch (5,005 steps of 256) has once: named per cell."""
+    """A failed cell and one with fewer runs than asked (named, with why); a window that crossed an epoch start
+    (a small --limit) holds the loader's restart bubble, which a real ImageNet epoch (5,005 steps of 256) has
+    once: named per cell."""
+    out = cell_caveats(src.doc, _label, src.doc["configuration"].get("runs"))
     hit = []
     for c in src.doc["results"]:
         n = sum((r.get("epoch_starts_in_window") or 0) + (r.get("loader_epoch_starts") or 0) for r in c["runs"])
         if n:
             hit.append(f"{c['model']} {c['loader']} ({n})")
     if not hit:
-        return []
-    return [f"**Epoch starts inside timed windows** — {', '.join(hit)}: a loader restarts its read-ahead at each "
+        return out
+    return out + [f"**Epoch starts inside timed windows** — {', '.join(hit)}: a loader restarts its read-ahead at each "
             "epoch (a bubble an ImageNet epoch has once per 5,005 steps); these figures understate the loader. "
             "A larger --limit keeps the windows inside one epoch."]
 

@@ -39,7 +39,7 @@ def summaries(runs: list[dict[str, Any]], level: float) -> dict[str, Any]:
 
 
 def run(cfg: TrainE2EConfig, store, doc: dict[str, Any], note: Callable[[str], None]) -> None:
-    where = Where(cfg.runtime, cfg.python, cfg.image_tag, doc["run_id"])
+    where = Where.of(cfg, doc)
     problems = prepare_datasets(where, "train-e2e", cfg.corpus, cfg.data_dir, cfg.limit, cfg.timeout_s, cfg.datasets(),
                                 doc, note)
     save(store, doc)
