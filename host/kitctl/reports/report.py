@@ -523,8 +523,8 @@ def _machine_kitctl(src: Source) -> list[list[str]]:
         rows.append(["GPU use", f"{join(users)} ran on it; nothing else did" if users else
                      "unused: nothing in this run ran on a GPU (CPU loaders and CPU work only)"])
     elif not g and users:
-        rows.append(["GPU", f"not recorded (the artifact names none: written before the data benchmarks recorded their GPU, or without NVML); "
-                            f"{join(users)} ran on a GPU"])
+        rows.append(["GPU", "not recorded (the artifact names none: written before the data benchmarks recorded "
+                            f"their GPU, or without NVML); {join(users)} ran on a GPU"])
     elif not g:
         rows.append(["GPU", "none (CPU run)"])
     rows.append(["Host", f"{host.get('hostname')} · {host.get('cpu_count', '?')} CPUs · {host.get('platform')} · "
