@@ -132,24 +132,23 @@ def dataload(a, result: dict) -> None:
         frac = pagecache.warm(files) if a.source == "ram" else pagecache.drop(files)
         return frac, time.perf_counter() - t0
 
-    first_s: list[float] = []  # per epoch: time to its first batch (worker start and pipeline fill are inside)
-
-    def one_epoch() -> tuple[int, float, list[int]]:
-        images, shape = 0, None
+    def one_epoch() -> tuple[int, float, list[int], float | None]:
+        """(images, seconds, batch shape, seconds to the first batch: worker start and pipeline fill are inside)."""
+        images, shape, first_s = 0, None, None
         t0 = time.perf_counter()
         for batch in built.epoch():
             x = batch[0] if isinstance(batch, (tuple, list)) else batch
             images += int(x.shape[0])
             if shape is None:
-                first_s.append(time.perf_counter() - t0)
+                first_s = time.perf_counter() - t0
                 shape = [int(s) for s in x.shape]
                 dtype = str(x.dtype)
                 if "uint8" not in dtype or 224 not in shape[1:]:
                     raise kittrial.TrialError(f"{a.loader}: batch {shape} {dtype}, expected uint8 224x224 images")
-        return images, time.perf_counter() - t0, shape or []
+        return images, time.perf_counter() - t0, shape or [], first_s
 
     frac, prep_s = prepare()
-    images, warm_s, shape = one_epoch()
+    images, warm_s, shape, _ = one_epoch()
     if images != info["images"]:
         raise kittrial.TrialError(f"{a.loader}: the warm-up epoch gave {images} images of {info['images']}")
     epochs = []
@@ -161,9 +160,9 @@ def dataload(a, result: dict) -> None:
                                       "before the epoch (mincore); the asked-for source could not be made"
                                       + ("; posix_fadvise(DONTNEED) evicts only for the files' owner on recent "
                                          "kernels: run as the dataset's owner" if a.source == "cold" else ""))
-        n, secs, _ = one_epoch()
+        n, secs, _, first_s = one_epoch()
         epochs.append({"images": n, "seconds": secs, "images_per_second": n / secs, "resident_before": frac,
-                       "prepare_seconds": prep_s, "first_batch_seconds": first_s[-1] if n else None})
+                       "prepare_seconds": prep_s, "first_batch_seconds": first_s})
     total_n = sum(e["images"] for e in epochs)
     total_s = sum(e["seconds"] for e in epochs)
     result.update({"batch_shape": shape, "warmup_seconds": warm_s, "epochs": epochs, "images": total_n,

@@ -13,6 +13,7 @@ FORMATS = ("folder", "webdataset", "ffcv")
 ENCODINGS = ("jpeg50", "jpeg90", "jpeg100", "mix90", "raw")
 SIDES = "256,384,512,1600"
 MIX_COMPRESS_PROBABILITY = 0.75  # recorded; the writer's own constant is the one used
+IMAGENET_IMAGES = 1_281_167  # ImageNet-1k's training images: what "ImageNet-equivalent" scales to (recorded)
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ class DatasizeConfig:
                 "sides": list(self.sides), "limit": self.limit, "workers": self.workers, "timeout_s": self.timeout_s,
                 "python": self.python, "runtime": self.runtime, "image_tag": self.image_tag,
                 "mix_compress_probability": MIX_COMPRESS_PROBABILITY,
-                "imagenet_images": 1_281_167,
+                "imagenet_images": IMAGENET_IMAGES,
                 "sizes": "payload = the encoded images alone (ffcv: Reader.alloc_table['size'] summed); file = the "
                          "files on disk (ffcv pads to 8 MiB pages, tar adds headers)"}
 

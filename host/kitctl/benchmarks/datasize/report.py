@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...reports.format import table
 from ...datarun import FFCV_PUBLISHED_GB, cell_caveats, partial_caveat
+from .config import IMAGENET_IMAGES
 from .table import FILE_RULES, rows, table_rows
 
 if TYPE_CHECKING:
@@ -55,7 +56,7 @@ def measured(doc: dict[str, Any]) -> list[list[str]]:
             ["Max sides", ", ".join(map(str, c["sides"])) + " px (downscaled with area interpolation, never upscaled)"],
             ["Images", f"corpus `{c['corpus']}`" + (f", first {c['limit']:,}" if c.get("limit") else ", all")],
             ["Sizes", c.get("sizes", "")],
-            ["ImageNet equivalent", f"payload: payload bytes per image × {c.get('imagenet_images', 1_281_167):,}"],
+            ["ImageNet equivalent", f"payload: payload bytes per image × {c.get('imagenet_images', IMAGENET_IMAGES):,}"],
             *[[f"ImageNet file, {fmt}", FILE_RULES[fmt]] for fmt in c["formats"] if fmt in FILE_RULES]]
 
 

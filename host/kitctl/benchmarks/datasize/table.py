@@ -4,9 +4,8 @@ from __future__ import annotations
 from typing import Any
 
 from ...datarun import FFCV_PUBLISHED_GB
+from .config import IMAGENET_IMAGES
 
-
-IMAGENET_IMAGES = 1_281_167
 # ffcv's DatasetWriter page: its default page_size, 4 × MIN_PAGE_SIZE (2 MiB), which trials/dataload/writers.py keeps.
 # The file is the header and per-image metadata padded to a page, then whole pages (each writer fills its own and
 # writes its last one whole, part empty), then the allocation table.
