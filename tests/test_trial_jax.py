@@ -87,7 +87,8 @@ def assert_ok(result: dict, precision: str) -> None:
     assert v["cuda"] is None and v["cudnn"] is None  # the CPU jaxlib has no CUDA plugin
     s = result["settings"]
     assert s["xla"]["jit"].startswith("whole step") and s["backend"] == "cpu"
-    assert s["xla_env"] == {"JAX_PLATFORMS": "cpu"}
+    no_cache = {"JAX_ENABLE_COMPILATION_CACHE": "false"} if result["benchmark"] == "maxbatch" else {}
+    assert s["xla_env"] == {"JAX_PLATFORMS": "cpu", **no_cache}
     assert s["precision_policy"] == {"params": "float32", "logits": "float32",
                                      "compute": "bfloat16" if precision == "bf16" else "float32"}
     assert s["optimizer"]["name"] == "Adam" and s["optimizer"]["lr"] == 0.001
@@ -188,12 +189,13 @@ def test_host_initialisation_matches_the_modules_distributions():
 
 
 def _args(**kw):
-    base = dict(device="cuda", memory_budget_mib=None)
+    base = dict(device="cuda", memory_budget_mib=None, benchmark="maxbatch")
     return SimpleNamespace(**{**base, **kw})
 
 
 XLA_VARS = ("JAX_PLATFORMS", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION",
-            "XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_ALLOCATOR")
+            "XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_ALLOCATOR",
+            "JAX_ENABLE_COMPILATION_CACHE", "JAX_COMPILATION_CACHE_DIR")
 
 
 def test_budget_becomes_xla_memory_settings(monkeypatch):
@@ -233,6 +235,14 @@ def test_budget_becomes_xla_memory_settings(monkeypatch):
     assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
     assert "XLA_PYTHON_CLIENT_MEM_FRACTION" not in os.environ
     assert s["memory_budget_enforced"] == "no budget given (preallocation off)"
+    assert os.environ["JAX_ENABLE_COMPILATION_CACHE"] == "false"  # maxbatch: every compile cold
+
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", "/tmp/cache")
+    monkeypatch.delenv("JAX_ENABLE_COMPILATION_CACHE")
+    s = {}
+    trial.configure_xla_env(_args(benchmark="throughput"), s, lambda: total)
+    assert os.environ["JAX_COMPILATION_CACHE_DIR"] == "/tmp/cache"  # outside throughput's window
+    assert "JAX_ENABLE_COMPILATION_CACHE" not in os.environ and "JAX_ENABLE_COMPILATION_CACHE" not in s["xla_env"]
 
 
 @pytest.mark.skipif(ctypes.util.find_library("cuda") is not None, reason="a CUDA driver is installed")
@@ -413,3 +423,21 @@ def test_the_trial_records_xla_memory_analysis_on_cpu():
     # The step's parameters and Adam's two moments are arguments (fp32): at least 3 × 4 bytes each.
     assert mem["argument_bytes"] >= 3 * 4 * RESNET50_CIFAR_PARAMS
     assert "Compiling: jit_train_step" in err  # captured on fd 2 during the compile, copied back
+
+
+def test_no_persistent_compilation_cache(tmp_path):
+    """Every candidate compiles (and on a GPU autotunes) as a first run does. On the H200 a cache
+    left by an earlier call made the calibration a cache hit: no autotuning, ~80 MiB fewer kernels
+    loaded outside XLA's pool, so the calibrated overhead came out low, the pool high, and every
+    fresh compile above 26,000 crossed the budget by 1 MiB (results/logs/h200-call20-…). A cache
+    directory in the environment must stay unused."""
+    cache = tmp_path / "jax-cache"
+    cache.mkdir()
+    rc, r, err = run_trial("--benchmark", "maxbatch", "--batch", 1,
+                           env={"JAX_COMPILATION_CACHE_DIR": str(cache),
+                                "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+                                "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"})
+    assert rc == 0, err[-3000:]
+    assert_ok(r, "fp32")
+    assert list(cache.iterdir()) == []
+    assert r["settings"]["xla_env"]["JAX_ENABLE_COMPILATION_CACHE"] == "false"

@@ -24,7 +24,7 @@
 set -u
 LIMIT=${CALL_LIMIT_S:-575}
 cd "$(dirname "$0")/../.."; . tools/device-calls/lib.sh
-export JAX_COMPILATION_CACHE_DIR=/tmp/kit-jax-cache
+export JAX_COMPILATION_CACHE_DIR=/tmp/kit-jax-cache  # used by throughput only: the jax trial turns it off for maxbatch (call 20)
 BUILD_PID=
 OPENNN_TP=results/throughput-resnet50-synthetic-20261201T054638Z.partial.json
 

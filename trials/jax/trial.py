@@ -46,6 +46,7 @@ JAX_OOM_MARKERS = kittrial.OOM_MARKERS + (
 # are set, so the trial sets the old one (read by jaxlib 0.10 and 0.11) and drops the new one.
 FRACTION_ENV, FRACTION_ENV_NEW = "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION"
 PREALLOCATE_ENV, ALLOCATOR_ENV = "XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_ALLOCATOR"
+CACHE_ENV, CACHE_DIR_ENV = "JAX_ENABLE_COMPILATION_CACHE", "JAX_COMPILATION_CACHE_DIR"
 # The preallocated pool stays this far under the budget: XLA's memory outside the pool varies by a
 # few MiB between candidates and differs from the no-budget calibration's (configure_xla_env).
 POOL_SLACK_MIB = kittrial.FRAMEWORK_SLACK_MIB
@@ -73,6 +74,7 @@ def configure_xla_env(args, settings: dict, total_bytes=cuda_total_bytes) -> Non
     """Set XLA's platform and memory environment for this candidate (before jax is imported)
     and record every value in settings.
 
+    maxbatch: no persistent compilation cache (every candidate compiles as a first run does).
     cpu: JAX_PLATFORMS=cpu; the host limits memory. cuda: JAX_PLATFORMS=cuda (no silent CPU
     fallback). With a budget M: the BFC allocator, preallocated, limited to fraction
     (M − POOL_SLACK_MIB) / total of the device, so XLA fails with RESOURCE_EXHAUSTED past it
@@ -86,6 +88,14 @@ def configure_xla_env(args, settings: dict, total_bytes=cuda_total_bytes) -> Non
     """
     os.environ["JAX_PLATFORMS"] = "cpu" if args.device == "cpu" else "cuda"
     xla = {"JAX_PLATFORMS": os.environ["JAX_PLATFORMS"]}
+    if args.benchmark == "maxbatch":
+        # No persistent compilation cache, whatever the environment says: a cached executable
+        # skips XLA's autotuning and the kernels it loads outside the pool, so a cached
+        # calibration under-counts the overhead and fresh candidates then cross the budget (H200,
+        # 2026-12-01: overhead 571 MiB warm vs 649–651 cold; every candidate above 26,000 bf16
+        # over by 1 MiB). Throughput may use one: compilation is outside its window.
+        os.environ.pop(CACHE_DIR_ENV, None)
+        os.environ[CACHE_ENV] = xla[CACHE_ENV] = "false"
     if args.device == "cpu":
         settings.update(xla_env=xla, memory_budget_enforced="no: on cpu the host limits memory")
         return
