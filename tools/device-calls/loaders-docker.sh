@@ -7,8 +7,24 @@
 # Carry [".gpu-docker", ".whl", ".cache/loader-call"]: .gpu-docker/docker.tar.xz (tools/docker-engine-payload.sh),
 # .whl (tools/device-wheels.sh), .cache/loader-call/{wheels,skimage-data} (requirements-host-userland.txt's wheels
 # from images/loader-torch/fetch-host-userland-wheels.sh; a few scikit-image photographs for the corpus).
-#   bash tools/device-calls/loaders-docker.sh 2>&1 | tee $OUT/loaders-docker.log
+# Make them here first (an index reachable; the carry stays ~47 MB):  bash tools/device-calls/loaders-docker.sh --prepare
+# then there:  bash tools/device-calls/loaders-docker.sh 2>&1 | tee $OUT/loaders-docker.log
+# Not run yet: the device tool runs the main checkout, and the helper that wrote this worked in a worktree.
 set -u
+if [[ ${1:-} == --prepare ]]; then
+  set -e
+  cd "$(dirname "$0")/../.."
+  [[ -f .gpu-docker/docker.tar.xz ]] || bash tools/docker-engine-payload.sh .gpu-docker/docker.tar.xz
+  compgen -G ".whl/*.whl" >/dev/null || bash tools/device-wheels.sh
+  images/loader-torch/fetch-host-userland-wheels.sh
+  mkdir -p .cache/loader-call/wheels .cache/loader-call/skimage-data
+  w=images/loader-torch/wheels
+  cp $w/webdataset-1.0.2-*.whl $w/braceexpand-0.1.7-*.whl $w/pyyaml-6.0.4-cp312-*.whl .cache/loader-call/wheels/
+  d=$(python3 -c 'import os, skimage; print(os.path.dirname(skimage.__file__))')/data
+  cp "$d"/{astronaut.png,chelsea.png,coffee.png,rocket.jpg,hubble_deep_field.jpg,horse.png} .cache/loader-call/skimage-data/
+  du -sh .gpu-docker .whl .cache/loader-call
+  exit 0
+fi
 LIMIT=${CALL_LIMIT_S:-570}
 cd "$(dirname "$0")/../.."; . tools/device-calls/lib.sh
 IMAGES=${DATA_IMAGES:-2000}
