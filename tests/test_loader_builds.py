@@ -197,3 +197,20 @@ def test_a_gpu_loader_through_docker_without_a_gpu_is_one_line():
         pytest.skip("this host has a GPU: the probe would run")
     with pytest.raises(Fail, match="dali-gpu decode on the GPU, and NVML finds no GPU on this host"):
         gpu_attach("kitctl/loader-dali:cu130", ["dali-gpu"])
+
+
+def test_a_gpu_loaders_container_is_started_with_the_recorded_request():
+    """Where.gpu(): the request the runtime record names (probed at the run's start), on host.gpu's UUID — what
+    run_trial_docker hands the daemon as device_requests for pytorch-nvjpeg / dali-gpu (and for nothing else)."""
+    from kitctl.datarun import Where
+
+    cfg = type("Cfg", (), {"runtime": "docker", "python": sys.executable, "image_tag": "cu130"})()
+    uuid = "GPU-12345678-1234-1234-1234-123456789abc"
+    doc = {"run_id": "r1", "host": {"gpu": {"uuid": uuid}}, "runtime": {"name": "docker", "gpu_request": "cdi"}}
+    req = Where.of(cfg, doc).gpu().device_request()
+    assert req["Driver"] == "cdi" and req["DeviceIDs"] == [f"nvidia.com/gpu={uuid}"]
+    doc["runtime"]["gpu_request"] = "toolkit"
+    req = Where.of(cfg, doc).gpu().device_request()
+    assert req["DeviceIDs"] == [uuid] and req["Capabilities"] == [["gpu"]]
+    doc["runtime"].pop("gpu_request")  # a run of CPU loaders probed nothing: no request
+    assert Where.of(cfg, doc).gpu() is None

@@ -189,6 +189,22 @@ def test_kitctl_dataload_dali_through_docker(client, dali_image, loader_image, t
     assert "use --image-tag cu130" in p.stderr
 
 
+def test_a_gpu_loader_on_a_daemon_that_attaches_no_gpu_is_one_line(client, loader_image):
+    """gpu_attach probes the daemon with throw-away containers of the loader's image, as the engines' runtime does;
+    this daemon has no GPU to give (the UUID is a stand-in: NVML has no GPU here), so both requests are refused and
+    the run would stop before its first container, in one line naming the fixes."""
+    from kitctl.datarun import gpu_attach
+    from kitctl.errors import Fail
+
+    mine = {"label": [f"kit.owner-pid={os.getpid()}", "kit.run-id=gpu-probe"]}  # this process's probes only
+    with pytest.raises(Fail) as exc:
+        gpu_attach(loader_image, ["pytorch-nvjpeg"], gpu={"uuid": "GPU-00000000-0000-0000-0000-000000000000"})
+    msg = str(exc.value)
+    assert msg.startswith("--runtime docker: pytorch-nvjpeg: ") and "\n" not in msg, msg
+    assert "cannot attach" in msg and "GPU-00000000" in msg, msg
+    assert not client.containers.list(all=True, filters=mine)  # the probes' containers are gone
+
+
 # -- train-e2e and the datasets through Docker (the host needs no ffcv or webdataset) -------------------------------
 E2E = ("--model", "resnet18", "--workers", "1", "--side", "64", "--batch", "4", "--warmup", "1", "--runs", "1")
 
