@@ -536,7 +536,8 @@ class Where:
     def of(cls, cfg: Any, doc: dict[str, Any], read_cap: ReadCap | None = None) -> Where:
         """Where a loader benchmark's config runs its trials, on the GPU its artifact recorded (if any)."""
         return cls(cfg.runtime, cfg.python, cfg.image_tag, doc["run_id"], read_cap,
-                   ((doc.get("host") or {}).get("gpu") or {}).get("uuid"), (doc.get("runtime") or {}).get("gpu_request"))
+                   ((doc.get("host") or {}).get("gpu") or {}).get("uuid"),
+                   (doc.get("runtime") or {}).get("gpu_request"))
 
     def gpu(self) -> Any:
         """The GpuRequest a GPU loader's container is started with (None: no request recorded)."""

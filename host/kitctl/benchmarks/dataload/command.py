@@ -13,8 +13,8 @@ from .config import DataloadConfig
 
 def dataload(
     loaders: str = typer.Option("pytorch-dataloader,webdataset,ffcv",
-                                help="Comma list: pytorch-dataloader, webdataset, ffcv, dali-cpu, pytorch-nvjpeg (GPU), "
-                                     "dali-gpu (GPU)."),
+                                help="Comma list: pytorch-dataloader, webdataset, ffcv, dali-cpu, "
+                                     "pytorch-nvjpeg (GPU), dali-gpu (GPU)."),
     workers: str = typer.Option("all", help="Loader workers: a comma list (a sweep: 1,2,4,8,16) or all (every core)."),
     source: str = typer.Option("ram", help="ram (page cache warm, checked) and/or cold (dropped before each epoch)."),
     encoding: str = typer.Option("jpeg90", help="Comma list: jpeg50, jpeg90, jpeg100, mix90, raw."),
