@@ -72,7 +72,7 @@ def datasets(tmp_path_factory) -> dict[str, Path]:
 def test_a_loader_runs_in_its_image(client, request, datasets, loader, fmt, image):
     if fmt not in datasets:
         pytest.skip("no ffcv here to write the .beton")
-    image = request.getfixturevalue(image)
+    fixture, image = image, request.getfixturevalue(image)
     run_id = uuid.uuid4().hex[:12]
     c = client.containers.run(
         image, ["dataload", "--loader", loader, "--dataset", "/data", "--workers", "2", "--source", "cold",
@@ -94,6 +94,9 @@ def test_a_loader_runs_in_its_image(client, request, datasets, loader, fmt, imag
     assert r["images"] == 32 and sorted(r["batch_shape"][1:]) == [3, 224, 224]  # NCHW (torch) or NHWC (ffcv)
     assert r["epochs"][0]["resident_before"] <= 0.05  # dropped inside the container, checked with mincore
     assert r["versions"]["torch"] == (None if loader == "dali-cpu" else "2.13.0+cpu")
+    labels = client.images.get(image).labels  # what kitctl checks: the cpu-ci builds serve no GPU loader
+    assert labels["kit.loaders"] == {"loader_image": "pytorch-dataloader,webdataset", "ffcv_image": "ffcv",
+                                     "dali_image": "dali-cpu"}[fixture]
     assert (r["versions"]["ffcv"] == "1.0.2") == (loader == "ffcv")  # each loader in its own image
     assert (r["versions"]["nvidia-dali-cuda130"] == "2.4.0") == (loader == "dali-cpu")
     if loader == "dali-cpu":  # CPU codecs only (NVIMGCODEC_EXTENSIONS_PATH): no GPU codec's load failure printed
@@ -124,9 +127,24 @@ def test_kitctl_dataload_through_docker(client, loader_image, tmp_path):
     assert all(r["versions"]["torch"] == "2.13.0+cpu" and r["epochs"][0]["resident_before"] <= 0.05
                for r in cell["runs"])
     assert not client.containers.list(all=True, filters={"label": f"kit.run-id={doc['run_id']}"})
+    # pytorch-nvjpeg: the cpu-ci build (tag ci) does not serve it, the CUDA build does: refused up front, one line
     p = subprocess.run([*entry, "run", "dataload", "--corpus", str(corpus_dir), "--loaders", "pytorch-nvjpeg",
                         "--runtime", "docker", "--results-dir", str(res)], capture_output=True, text=True)
-    assert p.returncode == 2 and "no image for pytorch-nvjpeg" in p.stderr
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "pytorch-nvjpeg (it decodes on the GPU) is not in kitctl/loader-torch:ci" in p.stderr, p.stderr
+    # the same CPU image under a tag compose.yaml does not name: its own kit.loaders label refuses it
+    tag = f"kit-test-{uuid.uuid4().hex[:8]}"
+    client.images.get(IMAGE).tag("kitctl/loader-torch", tag)
+    try:
+        p = subprocess.run([*entry, "run", "dataload", "--corpus", str(corpus_dir), "--loaders", "pytorch-nvjpeg",
+                            "--runtime", "docker", "--image-tag", tag, "--results-dir", str(res)],
+                           capture_output=True, text=True)
+    finally:
+        client.images.remove(f"kitctl/loader-torch:{tag}")
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert (f"image kitctl/loader-torch:{tag} does not serve pytorch-nvjpeg: its kit.loaders label says "
+            "pytorch-dataloader,webdataset") in p.stderr, p.stderr
+    assert not list(res.glob("*.partial.json"))
 
 
 def test_kitctl_dataload_dali_through_docker(client, dali_image, loader_image, tmp_path):
@@ -163,10 +181,28 @@ def test_kitctl_dataload_dali_through_docker(client, dali_image, loader_image, t
             frac = r["epochs"][0]["resident_before"]
             assert frac <= 0.05 if source == "cold" else frac >= 0.98
     assert not client.containers.list(all=True, filters={"label": f"kit.run-id={doc['run_id']}"})
-    # dali-gpu: the image is CPU-only and a docker run requests no GPU yet: refused up front, not a failed run
+    # dali-gpu: the cpu-ci build has no GPU codecs; the CUDA build (tag cu130) serves it: refused up front, one line
     p = subprocess.run([*entry, "run", "dataload", "--corpus", str(corpus_dir), "--loaders", "dali-gpu",
                         "--runtime", "docker", "--results-dir", str(res)], capture_output=True, text=True, env=env)
-    assert p.returncode == 2 and "no image for dali-gpu" in p.stderr
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "dali-gpu (it decodes on the GPU) is not in kitctl/loader-dali:ci" in p.stderr
+    assert "use --image-tag cu130" in p.stderr
+
+
+def test_a_gpu_loader_on_a_daemon_that_attaches_no_gpu_is_one_line(client, loader_image):
+    """gpu_attach probes the daemon with throw-away containers of the loader's image, as the engines' runtime does;
+    this daemon has no GPU to give (the UUID is a stand-in: NVML has no GPU here), so both requests are refused and
+    the run would stop before its first container, in one line naming the fixes."""
+    from kitctl.datarun import gpu_attach
+    from kitctl.errors import Fail
+
+    mine = {"label": [f"kit.owner-pid={os.getpid()}", "kit.run-id=gpu-probe"]}  # this process's probes only
+    with pytest.raises(Fail) as exc:
+        gpu_attach(loader_image, ["pytorch-nvjpeg"], gpu={"uuid": "GPU-00000000-0000-0000-0000-000000000000"})
+    msg = str(exc.value)
+    assert msg.startswith("--runtime docker: pytorch-nvjpeg: ") and "\n" not in msg, msg
+    assert "cannot attach" in msg and "GPU-00000000" in msg, msg
+    assert not client.containers.list(all=True, filters=mine)  # the probes' containers are gone
 
 
 # -- train-e2e and the datasets through Docker (the host needs no ffcv or webdataset) -------------------------------
@@ -245,7 +281,7 @@ def test_kitctl_train_e2e_through_docker(client, loader_image, small_corpus, tmp
 def test_train_e2e_docker_bad_input_is_one_line_exit_2(client, small_corpus, tmp_path):
     """Refused before anything runs: no artifact, no container."""
     for flags, says in ((["--loaders", "dali-cpu"], "dali-cpu: its image (loader-dali) has no torch"),
-                        (["--loaders", "pytorch-nvjpeg"], "pytorch-nvjpeg: no loader image for it yet"),
+                        (["--loaders", "pytorch-nvjpeg"], "pytorch-nvjpeg: it decodes on the GPU, and train-e2e's containers"),
                         (["--device", "cuda"], "--runtime docker --device cuda"),
                         (["--image-tag", "no-such-tag"], "image kitctl/loader-torch:no-such-tag is not present"),
                         (["--runtime", "podman"], "--runtime must be local or docker")):

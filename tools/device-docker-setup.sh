@@ -3,7 +3,7 @@
 # ONE call: nothing survives from one lease to the next, and every process the call started dies
 # when it returns, so run it at the start of each call that uses `--runtime docker`:
 #
-#   bash tools/device-docker-setup.sh [pytorch] [opennn]        (default: pytorch)
+#   bash tools/device-docker-setup.sh [pytorch] [opennn] [loader-torch]        (default: pytorch)
 #   export KITCTL_IMAGE_VARIANT=host-userland
 #   tools/device-kitctl.sh run maxbatch --runtime docker --engines pytorch-eager ...
 #
@@ -15,11 +15,15 @@
 #            the background first, waited for here
 #   cdi      /etc/cdi/nvidia.json from tools/gen-cdi.py: nvidia.com/gpu=<index|UUID|all>
 #   daemon   /etc/docker/daemon.json (CDI on, no bridge, no iptables) and dockerd in the background
-#   base-*   kitctl/host-userland:runtime (pytorch) and :devel (opennn), `docker import` of this
+#   base-*   kitctl/host-userland:runtime (pytorch), :devel (opennn) and :loader-torch (the runtime
+#            slice with images/loader-torch's lock: torchvision, pillow too), `docker import` of this
 #            machine's own userland slice (tools/host_userland.py; sizes and MiB/s printed)
 #   image-*  kitctl images build <service> --variant host-userland --network none
 #   doctor   kitctl doctor: which GPU request works here (CDI), the images, the GPU idle
 #
+# loader-torch also needs images/loader-torch/wheels/ with requirements-host-userland.txt's wheels (webdataset,
+# braceexpand, pyyaml for Python 3.12: images/loader-torch/fetch-host-userland-wheels.sh where an index is
+# reachable), carried.
 # opennn also needs the OpenNN sources: .opennn-src/ (tools/opennn-sources-here.sh), or
 # .gpu-docker/opennn-src.tar.xz, which is unpacked into it (carry .gpu-docker only: smaller).
 # --dry-run (any machine, no GPU, no daemon): checks the carried inputs and prints each base's
@@ -56,9 +60,9 @@ want=()
 for a in "$@"; do
   case $a in
     --dry-run) dry=1 ;;
-    pytorch | opennn) want+=("$a") ;;
+    pytorch | opennn | loader-torch) want+=("$a") ;;
     -h | --help) sed -n '2,30p' "$0"; exit 0 ;;
-    *) die "unknown argument '$a' (pytorch, opennn, --dry-run)" ;;
+    *) die "unknown argument '$a' (pytorch, opennn, loader-torch, --dry-run)" ;;
   esac
 done
 ((${#want[@]})) || want=(pytorch)
@@ -76,6 +80,9 @@ check_inputs() {
   [[ -f tools/gen-cdi.py && -f tools/host_userland.py ]] || die "tools/gen-cdi.py or tools/host_userland.py missing"
   if has opennn && [[ ! -d .opennn-src/opennn ]]; then
     [[ -f $OPENNN_TARBALL ]] || die "opennn needs its sources: .opennn-src/ (tools/opennn-sources-here.sh) or $OPENNN_TARBALL, carried"
+  fi
+  if has loader-torch && ! compgen -G "images/loader-torch/wheels/webdataset-*.whl" >/dev/null; then
+    die "loader-torch needs images/loader-torch/wheels/ (images/loader-torch/fetch-host-userland-wheels.sh), carried"
   fi
   [[ -d $VENV/bin ]] || die "no venv at $VENV (KIT_HOST_VENV): the host-userland base takes the framework from it"
   note "inputs: $PAYLOAD ($(du -h "$PAYLOAD" | cut -f1)), $(find .whl -maxdepth 1 -type f -name '*.whl' | wc -l) wheels, images: ${want[*]}"
@@ -189,9 +196,10 @@ if "/etc/cdi" not in (info.get("CDISpecDirs") or []):
 EOF
 }
 
-base() { # PROFILE
+base() { # PROFILE [TAG LOCK]
+  local tag=${2:-$1}
   PYTHONPATH=/tmp/site python3 tools/host_userland.py import --profile "$1" --venv "$VENV" \
-    --tag "kitctl/host-userland:$1" || die "importing kitctl/host-userland:$1 failed (above)"
+    --tag "kitctl/host-userland:$tag" ${3:+--lock "$3"} || die "importing kitctl/host-userland:$tag failed (above)"
 }
 
 opennn_sources() {
@@ -232,9 +240,14 @@ step cdi cdi
 step daemon daemon
 if has pytorch; then step base-runtime base runtime; fi
 if has opennn; then step opennn-sources opennn_sources; step base-devel base devel; fi
+if has loader-torch; then
+  step base-loader-torch base runtime loader-torch images/loader-torch/requirements-cuda.lock
+fi
 if has pytorch; then step image-pytorch image pytorch; fi
 if has opennn; then step image-opennn image opennn; fi
-step doctor doctor
+if has loader-torch; then step image-loader-torch image loader-torch; fi
+# doctor probes the GPU request with an engine image; a loader image alone is probed by `kitctl run dataload` itself
+if has pytorch || has opennn; then step doctor doctor; fi
 df -h /var/lib/docker 2>/dev/null | tail -n 1 | awk '{ print "device-docker-setup: disk at /var/lib/docker: " $4 " free of " $2 }'
 note "ready in $(secs "$T0" "$(now)") s: dockerd runs until this call ends (log $LOGS/dockerd.log)."
 note "next, in the same call: export KITCTL_IMAGE_VARIANT=$VARIANT; tools/device-kitctl.sh run maxbatch --runtime docker ..."

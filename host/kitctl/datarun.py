@@ -267,10 +267,11 @@ def execute(store: art.ArtifactStore, doc: dict[str, Any], body: Callable[[], No
         store.release()
 
 
-# Which image runs which loader through Docker: kitctl/loader-<image>:<tag>, compose services loader-<image>.
-# dali-gpu is not here: the loader-dali image is CPU-only yet and run_trial_docker requests no GPU; its CUDA
-# variant (nvImageCodec's nvJPEG extras) would serve it as "dali" too.
+# Which image runs which loader through Docker: compose.yaml's loader-<image> services (loader_builds). These are the
+# CPU loaders' images, the ones train-e2e trains in through Docker (its containers get no GPU).
 LOADER_IMAGE = {"pytorch-dataloader": "torch", "webdataset": "torch", "ffcv": "ffcv", "dali-cpu": "dali"}
+# Loaders that decode on the GPU: through Docker their container gets the run's GPU (GpuRequest).
+GPU_LOADERS = ("pytorch-nvjpeg", "dali-gpu")
 # Which image writes which dataset format (`trial.py datasize`): the format's writer package lives there (ffcv in
 # loader-ffcv; webdataset and PIL in loader-torch), so a host without them writes every format through Docker.
 FORMAT_IMAGE = {"folder": "torch", "webdataset": "torch", "ffcv": "ffcv"}
@@ -279,8 +280,87 @@ TORCH_IMAGES = ("torch", "ffcv")
 CONTAINER_DATA, CONTAINER_CORPUS, CONTAINER_OUT = "/data", "/corpus", "/out"
 
 
+@dataclass(frozen=True)
+class LoaderBuild:
+    """The build of one loader image (compose service loader-<name>) that `--image-tag` picks: its variant (None:
+    the default build), image name and the loaders it serves (None: a tag compose.yaml does not name, whose image's
+    kit.loaders label is all that says what it serves; docker_runtime checks it)."""
+    name: str
+    service: str
+    variant: str | None
+    image: str
+    loaders: tuple[str, ...] | None
+
+    def describe(self) -> str:
+        which = "the default (CUDA) build" if self.variant is None else f"the {self.variant} build"
+        return f"{self.image}, {which} of {self.service}"
+
+
+def _compose(compose: Any = None) -> Any:
+    from .images.compose import ComposeError, load_compose
+
+    try:
+        return compose if compose is not None else load_compose()
+    except ComposeError as exc:
+        raise Fail(str(exc)) from None
+
+
+def _tag(image: str) -> str:
+    last = image.rsplit("/", 1)[-1]
+    return last.rsplit(":", 1)[1] if ":" in last else "latest"
+
+
+def loader_builds(tag: str, compose: Any = None) -> dict[str, LoaderBuild]:
+    """Per loader image (torch, ffcv, dali) the build `--image-tag tag` runs: the build (default or variant) of its
+    compose service whose image has that tag; a service without one, when other loader images have it (loader-ffcv
+    has no CUDA build), its default build; a tag no build has, kitctl/loader-<name>:<tag> (a retagged image)."""
+    c = _compose(compose)
+    services = {n[len("loader-"):]: s for n, s in c.services.items() if n.startswith("loader-") and s.loaders}
+    builds = {name: [None, *s.variants] for name, s in services.items()}
+    known = any(_tag(c.image(s.name, v)) == tag for name, s in services.items() for v in builds[name])
+    out = {}
+    for name, s in services.items():
+        match = [v for v in builds[name] if _tag(c.image(s.name, v)) == tag]
+        if match or known:
+            v = match[0] if match else None
+            out[name] = LoaderBuild(name, s.name, v, c.image(s.name, v), c.loaders(s.name, v))
+        else:
+            out[name] = LoaderBuild(name, s.name, None, f"kitctl/loader-{name}:{tag}", None)
+    return out
+
+
 def loader_image(name: str, tag: str) -> str:
-    return f"kitctl/loader-{name}:{tag}"
+    """The image of loader image `name` (torch, ffcv, dali) that `--image-tag tag` runs."""
+    try:
+        return loader_builds(tag)[name].image
+    except KeyError:
+        raise Fail(f"compose.yaml has no service loader-{name}") from None
+
+
+def serving_builds(loaders: tuple[str, ...] | list[str], tag: str, compose: Any = None) -> dict[str, LoaderBuild]:
+    """loader → the build that runs it under `--image-tag tag`; a loader that build does not serve (a GPU loader
+    and a CPU build) is refused here, in one line naming the build that would serve it, before anything runs."""
+    c = _compose(compose)
+    picked = loader_builds(tag, c)
+    out, refused = {}, []
+    for ld in loaders:
+        owner = next((b for b in picked.values()
+                      if any(ld in c.loaders(b.service, v) for v in [None, *c.service(b.service).variants])), None)
+        if owner is None:
+            refused.append(f"{ld}: no loader image serves it")
+            continue
+        if owner.loaders is None or ld in owner.loaders:
+            out[ld] = owner
+            continue
+        svc = c.service(owner.service)
+        others = [v for v in [None, *svc.variants] if ld in c.loaders(svc.name, v)]
+        alt = " or ".join(f"--image-tag {_tag(c.image(svc.name, v))}" for v in others)
+        gpu = " (it decodes on the GPU)" if ld in GPU_LOADERS else ""
+        refused.append(f"{ld}{gpu} is not in {owner.describe()}, which serves {', '.join(owner.loaders)}; "
+                       f"use {alt}")
+    if refused:
+        raise Fail("--runtime docker: " + "; ".join(refused) + "; or --runtime local")
+    return out
 
 
 def docker_runtime(images: dict[str, str], writers: dict[str, str] | None = None) -> dict[str, Any]:
@@ -297,6 +377,10 @@ def docker_runtime(images: dict[str, str], writers: dict[str, str] | None = None
             client.close()
     except RuntimeUnavailable as exc:
         raise Fail(f"--runtime docker: {exc}") from None
+    for ld, im in images.items():  # the image itself says what it serves (kit.loaders, compose's list at its build)
+        served = (prov[im].get("labels") or {}).get("kit.loaders")
+        if ld in LOADER_FORMAT and served is not None and ld not in served.split(","):
+            raise Fail(f"--runtime docker: image {im} does not serve {ld}: its kit.loaders label says {served}")
     out: dict[str, Any] = {"name": "docker", "images": images}
     if writers is not None:
         out["writers"] = writers
@@ -309,8 +393,35 @@ def loader_runtime(cfg: Any) -> dict[str, Any]:
     `image(loader)`, `datasets()`, `image_tag`): the interpreter, or each loader's and each format writer's image."""
     if cfg.runtime != "docker":
         return {"name": "local", "interpreter": cfg.python}
-    return docker_runtime({ld: cfg.image(ld) for ld in cfg.loaders},
-                          {f: loader_image(FORMAT_IMAGE[f], cfg.image_tag) for f, _, _ in cfg.datasets()})
+    rec = docker_runtime({ld: cfg.image(ld) for ld in cfg.loaders},
+                         {f: loader_image(FORMAT_IMAGE[f], cfg.image_tag) for f, _, _ in cfg.datasets()})
+    gpu_loaders = [ld for ld in cfg.loaders if ld in GPU_LOADERS]
+    if gpu_loaders:
+        rec.update(gpu_attach(cfg.image(gpu_loaders[0]), gpu_loaders))
+    return rec
+
+
+def gpu_attach(image: str, loaders: list[str], gpu: dict[str, Any] | None = None) -> dict[str, Any]:
+    """How a GPU loader's container gets the GPU (runtime.gpu_request, as the engines' Docker runtime records it):
+    the request the daemon honours, probed once with a throw-away container of the loader's image on the GPU the
+    trials use (`gpu`: detect_gpu's). No GPU, or a daemon that attaches none: one line, before anything runs."""
+    from .runtimes.docker import RuntimeUnavailable, docker_client, probe_gpu_request
+
+    gpu = gpu if gpu is not None else detect_gpu()
+    if gpu is None:
+        raise Fail(f"--runtime docker: {', '.join(loaders)} decode on the GPU, and NVML finds no GPU on this host; "
+                   "leave them out, or run where there is one")
+    try:
+        client = docker_client(timeout=30)
+        try:
+            probe = probe_gpu_request(client, image, gpu["uuid"])
+        finally:
+            client.close()
+    except RuntimeUnavailable as exc:
+        raise Fail(f"--runtime docker: {exc}") from None
+    if not probe.ok:
+        raise Fail(f"--runtime docker: {', '.join(loaders)}: {probe.refusal()}")
+    return {"gpu_request": probe.request.kind, "gpu_device_id": probe.request.device_id}
 
 
 @dataclass(frozen=True)
@@ -352,12 +463,12 @@ def block_device(path: Path, flag: str = "--read-mbps") -> str:
 
 def run_trial_docker(image: str, argv: list[str], timeout_s: float, run_id: str, benchmark: str, *,
                      data: Path | None = None, corpus: Path | None = None, out_dir: Path | None = None,
-                     read_cap: ReadCap | None = None) -> TrialRun:
+                     read_cap: ReadCap | None = None, gpu: Any = None) -> TrialRun:
     """One fresh container of the loader's image: network off, no capabilities, killed and removed at the end
     (a signal too). `data`: a dataset mounted read-only at /data, run as its owner (a cold source needs it:
     DONTNEED evicts only for the owner), its reads capped by `read_cap` when given. `corpus` + `out_dir`: a
     dataset written in the image, the corpus read-only at /corpus and out_dir writable at /out, run as the
-    caller so what it writes is the caller's."""
+    caller so what it writes is the caller's. `gpu`: a GpuRequest (a GPU loader), the container gets that GPU."""
     import docker
 
     from .runtimes.docker import LABEL_RUN_ID, owner_labels, remove_run_containers
@@ -374,6 +485,8 @@ def run_trial_docker(image: str, argv: list[str], timeout_s: float, run_id: str,
         out_dir.mkdir(parents=True, exist_ok=True)  # else the daemon creates it, root-owned
         volumes[str(out_dir)] = {"bind": CONTAINER_OUT, "mode": "rw"}
     caps = {"device_read_bps": [{"Path": read_cap.device, "Rate": read_cap.bytes_per_s}]} if read_cap else {}
+    if gpu is not None:
+        caps["device_requests"] = [gpu.device_request()]
     client = docker.from_env()
     t0 = time.monotonic()
     try:
@@ -416,13 +529,21 @@ class Where:
     image_tag: str
     run_id: str
     read_cap: ReadCap | None = None  # docker: the loaders' reads of a dataset capped (dataload --read-mbps)
-    gpu_uuid: str | None = None  # local: the recorded GPU (host.gpu), the only one the trials' CUDA sees
+    gpu_uuid: str | None = None  # the recorded GPU (host.gpu), the only one the trials' CUDA sees
+    gpu_request: str | None = None  # docker: how a GPU loader's container gets it (runtime.gpu_request)
 
     @classmethod
     def of(cls, cfg: Any, doc: dict[str, Any], read_cap: ReadCap | None = None) -> Where:
         """Where a loader benchmark's config runs its trials, on the GPU its artifact recorded (if any)."""
         return cls(cfg.runtime, cfg.python, cfg.image_tag, doc["run_id"], read_cap,
-                   ((doc.get("host") or {}).get("gpu") or {}).get("uuid"))
+                   ((doc.get("host") or {}).get("gpu") or {}).get("uuid"),
+                   (doc.get("runtime") or {}).get("gpu_request"))
+
+    def gpu(self) -> Any:
+        """The GpuRequest a GPU loader's container is started with (None: no request recorded)."""
+        from .runtimes.docker import GpuRequest
+
+        return GpuRequest(self.gpu_request, self.gpu_uuid) if self.gpu_request else None
 
 
 def write_dataset(where: Where, benchmark: str, corpus: str, out: Path, fmt: str, enc: str, side: int,
@@ -443,13 +564,14 @@ def write_dataset(where: Where, benchmark: str, corpus: str, out: Path, fmt: str
 
 
 def run_on_dataset(where: Where, benchmark: str, image: str | None, argv: list[str], dataset: Path | None,
-                   timeout_s: float) -> TrialRun:
+                   timeout_s: float, gpu: bool = False) -> TrialRun:
     """One trial run reading `dataset` (given as `--dataset`; None: none): a fresh local process, or a fresh
-    container of `image` with the dataset mounted read-only at /data."""
+    container of `image` with the dataset mounted read-only at /data (`gpu`: and the run's GPU attached)."""
     if where.runtime == "docker":
         assert image is not None, "a docker run names its image"
         return run_trial_docker(image, [*argv, *(["--dataset", CONTAINER_DATA] if dataset else [])], timeout_s,
-                                where.run_id, benchmark, data=dataset, read_cap=where.read_cap if dataset else None)
+                                where.run_id, benchmark, data=dataset, read_cap=where.read_cap if dataset else None,
+                                gpu=where.gpu() if gpu else None)
     return run_trial(where.python, [*argv, *(["--dataset", str(dataset)] if dataset else [])], timeout_s,
                      where.gpu_uuid)
 

@@ -2,7 +2,8 @@
 
 `docker compose build` reads the same file, so kitctl never repeats what it says. Only the
 parts kitctl needs are read: per service `image`, `build.{context,dockerfile,args}` and the
-`x-kitctl` extension (engines served, build variants such as CI's `cpu-ci`). `${VAR}`,
+`x-kitctl` extension (engines or data loaders served, build variants such as CI's `cpu-ci`, each
+variant with its own image name, args and, for a loader image, its own loader list). `${VAR}`,
 `${VAR:-default}`, `${VAR-default}`, `${VAR:?message}`, `$VAR` and `$$` are interpolated from
 the environment as Compose does.
 
@@ -27,11 +28,13 @@ class ComposeError(ValueError):
 
 @dataclass(frozen=True)
 class Variant:
-    """A named set of build args merged over the service's, with its own image name."""
+    """A named set of build args merged over the service's, with its own image name and (a loader image's
+    build) its own loader list: a CPU build serves fewer loaders than the CUDA one. None: the service's."""
 
     name: str
     image: str | None
     args: dict[str, str]
+    loaders: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,7 @@ class Service:
     args: dict[str, str]
     engines: tuple[str, ...] = ()
     variants: dict[str, Variant] = field(default_factory=dict)
+    loaders: tuple[str, ...] = ()  # x-kitctl.loaders: the data loaders the default build serves
 
     @property
     def dockerfile_path(self) -> Path:
@@ -99,6 +103,12 @@ class Compose:
         svc = self.service(service)
         v = self._variant(svc, variant)
         return v.image if v is not None and v.image else svc.image
+
+    def loaders(self, service: str, variant: str | None = None) -> tuple[str, ...]:
+        """The data loaders a build of the service serves: the variant's own list, else the service's."""
+        svc = self.service(service)
+        v = self._variant(svc, variant)
+        return v.loaders if v is not None and v.loaders is not None else svc.loaders
 
     def build_args(self, service: str, overrides: Mapping[str, Any] | None = None,
                    variant: str | None = None) -> dict[str, str]:
@@ -254,6 +264,7 @@ def _service(p: Path, name: str, spec: Any) -> Service:
     engines = ext.get("engines") or []
     if not isinstance(engines, list) or not all(isinstance(e, str) for e in engines):
         raise ComposeError(f"{p}: {where}.{EXTENSION_KEY}.engines must be a list of engine names")
+    loaders = _names(p, f"{where}.{EXTENSION_KEY}.loaders", ext.get("loaders")) or ()
     variants: dict[str, Variant] = {}
     raw_variants = ext.get("variants") or {}
     if not isinstance(raw_variants, dict):
@@ -265,9 +276,19 @@ def _service(p: Path, name: str, spec: Any) -> Service:
         vimage = vspec.get("image")
         if vimage is not None and (not isinstance(vimage, str) or not vimage.strip()):
             raise ComposeError(f"{p}: {vwhere}.image must be an image name")
-        variants[str(vname)] = Variant(str(vname), vimage, _args(p, f"{vwhere}.args", vspec.get("args")))
+        variants[str(vname)] = Variant(str(vname), vimage, _args(p, f"{vwhere}.args", vspec.get("args")),
+                                       _names(p, f"{vwhere}.loaders", vspec.get("loaders")))
     return Service(name=name, image=image.strip(), context=context, dockerfile=dockerfile,
-                   args=args, engines=tuple(engines), variants=variants)
+                   args=args, engines=tuple(engines), variants=variants, loaders=loaders)
+
+
+def _names(p: Path, where: str, raw: Any) -> tuple[str, ...] | None:
+    """A list of loader names (None when absent: a variant then serves the service's loaders)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not all(isinstance(x, str) and x.strip() for x in raw):
+        raise ComposeError(f"{p}: {where} must be a list of loader names")
+    return tuple(x.strip() for x in raw)
 
 
 # ---- interpolation (Compose's rules, the subset compose files use) ----------------------------

@@ -13,7 +13,8 @@ from .config import DataloadConfig
 
 def dataload(
     loaders: str = typer.Option("pytorch-dataloader,webdataset,ffcv",
-                                help="Comma list: pytorch-dataloader, webdataset, ffcv, pytorch-nvjpeg (GPU)."),
+                                help="Comma list: pytorch-dataloader, webdataset, ffcv, dali-cpu, "
+                                     "pytorch-nvjpeg (GPU), dali-gpu (GPU)."),
     workers: str = typer.Option("all", help="Loader workers: a comma list (a sweep: 1,2,4,8,16) or all (every core)."),
     source: str = typer.Option("ram", help="ram (page cache warm, checked) and/or cold (dropped before each epoch)."),
     encoding: str = typer.Option("jpeg90", help="Comma list: jpeg50, jpeg90, jpeg100, mix90, raw."),
@@ -27,10 +28,12 @@ def dataload(
     timeout: Optional[float] = typer.Option(None, help="Seconds per run before the kit kills it (default 1800)."),
     python: Optional[str] = O_PYTHON,
     runtime: str = typer.Option("local", help="local: a fresh process per run; docker: a fresh container of the "
-                                "loader's image (kitctl/loader-torch:<tag>: pytorch-dataloader, webdataset; "
-                                "kitctl/loader-ffcv:<tag>: ffcv; kitctl/loader-dali:<tag>: dali-cpu); datasets "
-                                "written in the writer's image (folder, webdataset: loader-torch; ffcv: loader-ffcv)."),
-    image_tag: str = typer.Option("ci", help="--runtime docker: the loader images' tag."),
+                                "loader's image (kitctl/loader-torch:<tag>: pytorch-dataloader, webdataset, "
+                                "pytorch-nvjpeg; kitctl/loader-ffcv: ffcv; kitctl/loader-dali:<tag>: dali-cpu, "
+                                "dali-gpu), a GPU loader's with the GPU attached; datasets written in the writer's "
+                                "image (folder, webdataset: loader-torch; ffcv: loader-ffcv)."),
+    image_tag: str = typer.Option("ci", help="--runtime docker: which build of the loader images (compose.yaml): "
+                                  "ci (CPU, CI's; no GPU loaders), cu130 (CUDA), cu130-host-userland."),
     read_mbps: Optional[float] = typer.Option(None, help="--runtime docker, --source cold: cap the loaders' reads "
                                               "of the datasets at N MB/s (Docker's --device-read-bps on the disk "
                                               "holding --data-dir): slow or network storage, emulated."),

@@ -33,7 +33,7 @@ class DataloadConfig:
     timeout_s: float
     python: str
     runtime: str = "local"  # local: a fresh process; docker: a fresh container of the loader's image
-    image_tag: str = "ci"  # docker: kitctl/loader-<image>:<tag>
+    image_tag: str = "ci"  # docker: the build of every loader image with this tag (compose.yaml: ci, cu130, ...)
     read_mbps: float | None = None  # docker, cold: the loaders' reads of the datasets capped (slow storage)
     ci_level: float = CI_LEVEL
 
@@ -42,16 +42,12 @@ class DataloadConfig:
                    sides: str, runs: int, epochs: int, batch: int, limit: int | None, timeout: float | None,
                    python: str | None, runtime: str = "local", image_tag: str = "ci",
                    read_mbps: float | None = None) -> DataloadConfig:
-        from ...datarun import LOADER_IMAGE
+        from ...datarun import serving_builds
 
         if runtime not in ("local", "docker"):
             raise Fail(f"--runtime must be local or docker (got {runtime!r})")
-        if runtime == "docker":
-            names = parse_names("--loaders", loaders, LOADERS)
-            without = [n for n in names if n not in LOADER_IMAGE]
-            if without:
-                raise Fail(f"--runtime docker: no image for {', '.join(without)} yet (images/loader-* serve "
-                           f"{', '.join(LOADER_IMAGE)}); use --runtime local for it")
+        if runtime == "docker":  # a loader the tag's build does not serve (GPU loader, CPU build): one line, now
+            serving_builds(parse_names("--loaders", loaders, LOADERS), image_tag)
         for flag, v in (("--runs", runs), ("--epochs", epochs), ("--batch", batch)):
             if v <= 0:
                 raise Fail(f"{flag} must be > 0 (got {v})")
@@ -116,9 +112,9 @@ class DataloadConfig:
 
     def image(self, loader: str) -> str | None:
         """The image a docker run of the loader starts (None with the local runtime)."""
-        from ...datarun import LOADER_IMAGE, loader_image
+        from ...datarun import serving_builds
 
-        return loader_image(LOADER_IMAGE[loader], self.image_tag) if self.runtime == "docker" else None
+        return serving_builds([loader], self.image_tag)[loader].image if self.runtime == "docker" else None
 
     def runtime_record(self) -> dict[str, Any]:
         from ...datarun import loader_runtime

@@ -6,7 +6,7 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from ...core.stats import summarize
-from ...datarun import Where, corpus_images, dataset_dir, prepare_datasets, run_on_dataset, save
+from ...datarun import GPU_LOADERS, Where, corpus_images, dataset_dir, prepare_datasets, run_on_dataset, save
 from .config import FORMAT_OF, DataloadConfig
 from .table import source_label
 
@@ -73,7 +73,7 @@ def run(cfg: DataloadConfig, store, doc: dict[str, Any], note: Callable[[str], N
             flags = ["--workers", str(workers), "--source", source, "--batch", str(cfg.batch), "--epochs",
                      str(cfg.epochs)]
             tr = run_on_dataset(where, "dataload", cfg.image(loader), ["dataload", "--loader", loader, *flags], ds,
-                                cfg.timeout_s)
+                                cfg.timeout_s, gpu=loader in GPU_LOADERS)
             figs = run_figures(tr)
             if cap is not None and source == "cold" and figs["images_per_second"] is not None:
                 figs["payload_mb_per_s"] = rate = payload_rate(tr)

@@ -80,7 +80,8 @@ class TrainE2EConfig:
             # Refused up front rather than a failed cell: no run of it could succeed (why, in the line).
             without = [n for n in names if n not in TRAIN_IMAGE]
             if without:
-                why = {"dali-cpu": "its image (loader-dali) has no torch for the training step"}
+                why = {"dali-cpu": "its image (loader-dali) has no torch for the training step",
+                       "pytorch-nvjpeg": "it decodes on the GPU, and train-e2e's containers get no GPU yet"}
                 raise Fail("--runtime docker: " + "; ".join(f"{n}: {why.get(n, 'no loader image for it yet')}"
                                                            for n in without)
                            + f" (docker trains with {', '.join(x for x in TRAIN_IMAGE if x != 'synthetic')}); "
