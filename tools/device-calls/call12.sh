@@ -10,9 +10,10 @@
 #   jax-fp32   run maxbatch --engines jax-xla --vram-limit 16376, fp32 (RESUME_JAX_FP32: --resume it)
 #   jax-bf16   the same in bf16 (RESUME_JAX_BF16; JAX_START_BF16, JAX_TIMEOUT: call 16 showed the doubled
 #              candidate 44,898 compiling and autotuning past the 150 s timeout, so a rerun needs ~360;
-#              JAX_MAX_BF16: --max-batch, so the doubling stops there instead of at 44,898 — call 16's
-#              stderr showed XLA rematerialising 44,898 to no less than 28.19 GiB, so about 24k is where
-#              its minimum meets the ~15.1 GiB budget; a cap that passes ends `censored_at_max_batch`)
+#              JAX_MAX_BF16: --max-batch, so the doubling stops there instead of at 44,898 (a cap that
+#              passes ends `censored_at_max_batch`: call 19's 26,000, guessed from XLA's 28.19 GiB floor
+#              at 44,898, passed; calls 21-22 then bracketed 26,937 / 27,250); JAX_STRATEGY_BF16 overrides
+#              --strategy guided (the last --strategy wins)
 #              --start-batch: the preallocated pool makes every candidate's peak the pool, so the
 #              guided strategy has no slope and bisects as protocol does; the start saves the doubling
 #              from 128 (call 9: a 10,218 MiB pool passed fp32 8,704 and ran out at 9,216, so a pool of
