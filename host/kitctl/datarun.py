@@ -4,6 +4,7 @@ a signal), the artifact document and the save/resume loop. The engines' Runtime 
 trial protocol (TrialRequest); the data trials take other flags, so they have this small runner."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -297,17 +298,24 @@ class LoaderBuild:
 
 
 def _compose(compose: Any = None) -> Any:
+    return compose if compose is not None else _default_compose()
+
+
+@functools.lru_cache(maxsize=1)
+def _default_compose() -> Any:
+    """compose.yaml, read once per process: every trial run asks which image it runs in."""
     from .images.compose import ComposeError, load_compose
 
     try:
-        return compose if compose is not None else load_compose()
+        return load_compose()
     except ComposeError as exc:
         raise Fail(str(exc)) from None
 
 
 def _tag(image: str) -> str:
-    last = image.rsplit("/", 1)[-1]
-    return last.rsplit(":", 1)[1] if ":" in last else "latest"
+    from .images.store import split_tag
+
+    return split_tag(image)[1]
 
 
 def loader_builds(tag: str, compose: Any = None) -> dict[str, LoaderBuild]:

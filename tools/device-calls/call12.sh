@@ -12,8 +12,8 @@
 #              candidate 44,898 compiling and autotuning past the 150 s timeout, so a rerun needs ~360;
 #              JAX_MAX_BF16: --max-batch, so the doubling stops there instead of at 44,898 (a cap that
 #              passes ends `censored_at_max_batch`: call 19's 26,000, guessed from XLA's 28.19 GiB floor
-#              at 44,898, passed; calls 21-22 then bracketed 26,937 / 27,250); JAX_STRATEGY_BF16 overrides
-#              --strategy guided (the last --strategy wins)
+#              at 44,898, passed; calls 21-22 then bracketed 26,937 / 27,250); JAX_STRATEGY_BF16: --strategy
+#              (default guided)
 #              --start-batch: the preallocated pool makes every candidate's peak the pool, so the
 #              guided strategy has no slope and bisects as protocol does; the start saves the doubling
 #              from 128 (call 9: a 10,218 MiB pool passed fp32 8,704 and ran out at 9,216, so a pool of
@@ -58,8 +58,8 @@ for step in "$@"; do
       ( JOBS=12 tools/device-opennn-build.sh > "$OUT/opennn-build.log" 2>&1; echo "build rc=$?" >> "$OUT/opennn-build.log" ) &
       BUILD_PID=$! ;;
     jax-fp32) search jax-xla fp32 "${RESUME_JAX_FP32:-}" --strategy guided --timeout 150 --start-batch "${JAX_START_FP32:-12288}" ;;
-    jax-bf16) search jax-xla bf16 "${RESUME_JAX_BF16:-}" --strategy guided --timeout "${JAX_TIMEOUT:-150}" --start-batch "${JAX_START_BF16:-20480}" \
-      ${JAX_STRATEGY_BF16:+--strategy "$JAX_STRATEGY_BF16"} ${JAX_MAX_BF16:+--max-batch "$JAX_MAX_BF16"} ;;
+    jax-bf16) search jax-xla bf16 "${RESUME_JAX_BF16:-}" --strategy "${JAX_STRATEGY_BF16:-guided}" --timeout "${JAX_TIMEOUT:-150}" \
+      --start-batch "${JAX_START_BF16:-20480}" ${JAX_MAX_BF16:+--max-batch "$JAX_MAX_BF16"} ;;
     opennn-tp) opennn_ready && kit run throughput --resume "$OPENNN_TP" --gpu 0 ;;
     opennn-mb) opennn_ready && search opennn-pool1 bf16 "${RESUME_OPENNN_MB:-}" --strategy guided --timeout 240 ;;
     guided-16k) search pytorch-eager fp32 "${RESUME_GUIDED:-}" --strategy guided --timeout 120 ;;
