@@ -581,6 +581,16 @@ def test_peak_inversions_on_the_full_card_run():
     assert "**Resumed** — the run was interrupted (SIGINT) and resumed 1×" in md
 
 
+def test_resumes_on_one_other_gpu_are_named_once():
+    """The committed jax-xla bf16 search: resumed 3×, the last two on one warm machine's GPU."""
+    art = Path(__file__).resolve().parents[1] / "results/maxbatch-resnet50-synthetic-20261201T215512Z.json"
+    if not art.exists():
+        pytest.skip("results/ artifact not present")
+    md = render([load_source(art)])
+    assert "continued 3× with" in md
+    assert md.count("Continued on another NVIDIA H200 (GPU-0096ffb8-fd47-7998-1fbc-a375e6223632") == 1
+
+
 def test_cpu_and_empty_artifacts_render(tmp_path):
     """--device cpu: no GPU, no budget, no device delta; a run that has not started a cell yet."""
     from kitctl.reports.plots import make_plots

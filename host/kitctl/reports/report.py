@@ -584,7 +584,11 @@ def reproduce(src: Source) -> list[str]:
         out += ["", f"The run was interrupted{by} and continued {len(resumes)}× with:", "", "```bash"]
         out += [f"{_argv_text(r.get('argv') or [])}  # {r.get('utc', '?')}" for r in resumes]
         out.append("```")
-        moved = [r["gpu"] for r in resumes if isinstance(r.get("gpu"), dict)]
-        out += [f"\nContinued on another {g.get('name', 'GPU')} ({g.get('uuid', '?')}, same memory and driver)."
-                for g in moved]
+        # one line per GPU, not per resume: back-to-back resumes on one warm machine share its GPU
+        moved: dict[str, dict] = {}
+        for r in resumes:
+            if isinstance(r.get("gpu"), dict):
+                moved.setdefault(str(r["gpu"].get("uuid", "?")), r["gpu"])
+        out += [f"\nContinued on another {g.get('name', 'GPU')} ({uuid}, same memory and driver)."
+                for uuid, g in moved.items()]
     return out
