@@ -22,6 +22,7 @@ RESULTS = ROOT / "results"
 SIZE = RESULTS / "datasize-rrc224-corpus-20261201T192422Z.json"  # ffcv, 2,000 images, 16 writers
 LOAD_JPEG = RESULTS / "dataload-rrc224-corpus-20261201T192753Z.json"  # 2 runs/cell; ffcv ram FAILED (SIGABRT)
 LOAD_RAW = RESULTS / "dataload-rrc224-corpus-20261201T193303Z.json"  # 1 run/cell; ffcv cold FAILED
+E2E_R18 = RESULTS / "train-e2e-rrc224-corpus-20261202T003016Z.json"  # H200, resnet18, 1 run/cell
 H200_UUID = "GPU-5c8a2f10-8d2e-4b7a-9d1e-0a1b2c3d4e5f"
 
 
@@ -219,6 +220,9 @@ def test_a_single_run_cell_has_no_interval_rather_than_dashes():
     assert "—–—" not in text
     assert "| pytorch-dataloader | raw@256 | ram | 16 | 5,097 | — | 319 | 1 |" in text
     assert "1 run per cell" in text
+    e2e = render([load_source(E2E_R18)])
+    assert "—–—" not in e2e and "1 run per cell" in e2e and "1 runs" not in e2e
+    assert "| resnet18 | ffcv | 8,455.8 | — | 66% | 73% | 8,353.8 | 1 |" in e2e
 
 
 def test_results_list_headline_names_the_fastest_loader_per_data_and_source():

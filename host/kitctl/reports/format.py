@@ -49,3 +49,11 @@ def heading(level: int) -> Callable[[str], str]:
 def cell_label(engine: str, precision: str) -> str:
     """"PyTorch eager fp32": an engine × precision in a sentence."""
     return f"{engine_label(engine)} {precision}"
+
+
+def interval(level: float | None, low: float | None, high: float | None, digits: int = 1) -> str:
+    """A median's interval cell, "95% 1.0–2.0": one run (or too few for the level) has none, "—"."""
+    if low is None or high is None:
+        return "—"
+    lvl = f"{level * 100:.0f}% " if level else ""
+    return f"{lvl}{low:,.{digits}f}–{high:,.{digits}f}"

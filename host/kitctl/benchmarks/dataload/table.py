@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...datarun import FFCV_PUBLISHED_LOAD
+from ...reports.format import interval
 
 
 def rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -44,9 +45,7 @@ def table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         if r["status"] != "ok":
             body.append([r["loader"], data, r["source"], str(r["workers"]), f"FAILED: {r['reason']}", "", "", str(r["runs"]), ""])
             continue
-        lvl = f"{r['ci_level'] * 100:.0f}% " if r["ci_level"] else ""
-        # one run (or too few for the level) has no interval: "—", not "—–—"
-        ci = "—" if r["ci_low"] is None or r["ci_high"] is None else f"{lvl}{_n(r['ci_low'])}–{_n(r['ci_high'])}"
+        ci = interval(r["ci_level"], r["ci_low"], r["ci_high"])
         body.append([r["loader"], data, r["source"], str(r["workers"]), _n(r["median"]),
                      ci, _n(r["per_worker"]), str(r["runs"]),
                      _n(r["ffcv_published"]) if r["ffcv_published"] else ""])

@@ -47,7 +47,7 @@ def measured(doc: dict[str, Any]) -> list[list[str]]:
                            f"synchronised at the end); then {c['steps']} batches through the loader alone = the "
                            f"loader's own images/s (after what was read ahead); a loader's batches come through "
                            f"a prefetch thread, two ahead, pinned on CUDA (as DataLoader(pin_memory=True)); "
-                           f"{c['runs']} runs per cell, each a fresh process; median and a "
+                           f"{c['runs']} run{'s' if c['runs'] != 1 else ''} per cell, each a fresh process; median and a "
                            f"distribution-free interval of the median"],
             ["GPU busy", "CUDA: events around each step (copy, normalise, forward, backward, Adam) on the stream; "
                          "busy = Σ step spans ÷ (first start … last end), the gaps are the GPU waiting for data "

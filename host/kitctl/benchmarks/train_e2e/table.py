@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...reports.format import interval
+
 # A loader "keeps the GPU busy" when its training images/s reach this share of synthetic's (the same model, medians).
 KEEPS_BUSY = 0.95
 
@@ -69,8 +71,7 @@ def table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         if r["status"] != "ok":
             body.append([r["model"], r["loader"], f"FAILED: {r['reason']}", "", "", "", "", str(r["runs"])])
             continue
-        lvl = f"{r['ci_level'] * 100:.0f}% " if r["ci_level"] else ""
-        body.append([r["model"], r["loader"], _n(r["train"]), f"{lvl}{_n(r['ci_low'])}–{_n(r['ci_high'])}",
+        body.append([r["model"], r["loader"], _n(r["train"]), interval(r["ci_level"], r["ci_low"], r["ci_high"]),
                      "—" if r["of_synthetic"] is None else f"{r['of_synthetic']:.0%}",
                      "—" if r["busy"] is None else f"{r['busy']:.0%}",
                      "(none: on device)" if r["loader"] == "synthetic" else _n(r["loader_alone"]), str(r["runs"])])
