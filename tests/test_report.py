@@ -589,6 +589,7 @@ def test_resumes_on_one_other_gpu_are_named_once():
     md = render([load_source(art)])
     assert "continued 3× with" in md
     assert md.count("Continued on another NVIDIA H200 (GPU-0096ffb8-fd47-7998-1fbc-a375e6223632") == 1
+    assert "2 h 29 min from the first start to the end, across 4 invocations" in md
 
 
 def test_cpu_and_empty_artifacts_render(tmp_path):

@@ -227,6 +227,8 @@ def _meta_line(src: Source) -> str:
                                                                        if src.state != "complete" and d.get("interrupted_by") else "")]
         end = d.get("finished_utc") or d.get("updated_utc")
         dur = _duration(d.get("created_utc"), end)
+        if dur and d.get("resumes"):  # the span includes the pauses between a run and its resumes
+            dur += f" from the first start to the end, across {1 + len(d['resumes'])} invocations"
         parts.append(_when(d.get("created_utc")) + (f", {dur}" if dur else ""))
         count = benchmarks.get(src.benchmark).meta_count(src)
         if count is not None:

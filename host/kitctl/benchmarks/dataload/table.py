@@ -45,7 +45,7 @@ def table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         if r["status"] != "ok":
             body.append([r["loader"], data, r["source"], str(r["workers"]), f"FAILED: {r['reason']}", "", "", str(r["runs"]), ""])
             continue
-        ci = interval(r["ci_level"], r["ci_low"], r["ci_high"])
+        ci = interval(r["ci_level"], r["ci_low"], r["ci_high"], digits=0)
         body.append([r["loader"], data, r["source"], str(r["workers"]), _n(r["median"]),
                      ci, _n(r["per_worker"]), str(r["runs"]),
                      _n(r["ffcv_published"]) if r["ffcv_published"] else ""])
