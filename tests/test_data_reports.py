@@ -182,6 +182,30 @@ def test_train_e2e_names_its_failed_cells_and_what_ran_on_the_gpu():
     assert e2e.gpu_users(src) == []
 
 
+def test_train_e2e_reads_out_where_the_loss_went_nonfinite_and_the_decode_check():
+    from types import SimpleNamespace
+
+    from kitctl.benchmarks.train_e2e import report as e2e
+
+    # Inputs to the rendering, not measurements: a run that failed at timed step 7, one whose check ran.
+    nan_run = {"run": 1, "status": "error", "first_nonfinite_loss": {"phase": "timed", "step": 7, "of": 30,
+                                                                     "value": "nan"},
+               "decode_check": {"images": 16, "max_abs_diff": 40, "mean_abs_diff": 0.51234,
+                                "probe": {"iterations": 20, "caller_stream": {"corrupted": 13},
+                                          "loader": {"corrupted": 0}}, "error": None}}
+    broken = {"run": 2, "status": "ok", "decode_check": {"images": 0, "error": "RuntimeError: no nvjpeg"}}
+    doc = {"configuration": {"runs": 2, "models": ["resnet50"], "loaders": ["synthetic", "pytorch-nvjpeg"]},
+           "results": [{"model": "resnet50", "loader": "synthetic", "status": "ok", "runs": [{"run": 1}]},
+                       {"model": "resnet50", "loader": "pytorch-nvjpeg", "status": "ok", "runs": [nan_run, broken]}]}
+    assert e2e.diagnoses(doc) == [
+        "**Loss went non-finite** — resnet50 pytorch-nvjpeg run 1: first at timed step 7 of 30 (nan)",
+        "**GPU decode check** — resnet50 pytorch-nvjpeg run 1: GPU vs CPU decode of 16 images, max |Δ| 40, mean "
+        "0.512; freed memory overwritten (pytorch/vision#9606 probe) in 13/20 iterations with decode_jpeg on the "
+        "caller's stream, 0/20 with the loader's",
+        "**GPU decode check** — resnet50 pytorch-nvjpeg run 2: did not run to the end: RuntimeError: no nvjpeg"]
+    assert all(line in e2e.caveats(SimpleNamespace(doc=doc)) for line in e2e.diagnoses(doc))
+
+
 # ---- 4. "ImageNet GB (file)" does not multiply a small sample's ffcv page padding by 1.28 M -----------------
 
 def test_ffcv_file_extrapolation_adds_the_writers_padding_once_not_per_image():

@@ -74,6 +74,11 @@ def test_training_fed_by_a_loader_and_synthetic_on_cpu(corpus, tmp_path):
         assert r["images"] == BATCH * STEPS  # 12 images, batch 4: every batch full, epochs repeat
         assert r["train_images_per_second"] == pytest.approx(r["images"] / r["window_seconds"])
         assert 0 <= r["busy_fraction"] <= 1 and math.isfinite(r["final_loss"])
+        # Every step's loss, read after its phase; the last timed one is the final loss.
+        assert r["first_nonfinite_loss"] is None and r["decode_check"] is None  # only pytorch-nvjpeg checks
+        assert len(r["step_losses"]["warmup"]) == 1 and len(r["step_losses"]["timed"]) == STEPS
+        assert r["step_losses"]["timed"][-1] == r["final_loss"]
+        assert r["step_losses"]["warmup"][-1] == r["loss_after_warmup"]
         assert c["summary"]["train"]["median"] == pytest.approx(r["train_images_per_second"])
     synth, loader = (c["runs"][0] for c in doc["results"])
     assert synth["loader_images_per_second"] is None and doc["results"][0]["summary"]["loader"] is None
@@ -196,3 +201,82 @@ def test_a_result_followed_by_a_crash_is_an_error_that_says_so():
     assert trial_outcome("", "", 3, 1.0).error == "no result line (exit 3)"
     assert trial_outcome('KIT-RESULT {"status": "oom"}', "", 0, 1.0).error == "status oom (exit 0)"
     assert trial_outcome("KIT-RESULT [1]", "", 0, 1.0).error == "a malformed result line"
+
+
+def _trial_modules():
+    trials = Path(__file__).resolve().parent.parent / "trials" / "dataload"
+    if str(trials) not in sys.path:
+        sys.path.insert(0, str(trials))
+    import loaders
+    import train_e2e
+
+    return loaders, train_e2e
+
+
+def test_the_loss_record_names_the_first_nonfinite_step():
+    _, te = _trial_modules()
+    nan, inf = float("nan"), float("inf")
+    assert te.first_nonfinite([1.0, 2.0]) is None and te.first_nonfinite([1.0, inf, nan]) == 1
+    losses, where = te.loss_record([4.0, 3.5], [3.0, nan, 2.0, inf])
+    assert losses == {"warmup": [4.0, 3.5], "timed": [3.0, None, 2.0, None]}  # JSON: no NaN literals
+    assert where == {"phase": "timed", "step": 2, "of": 4, "value": "nan"}
+    assert te.loss_record([-inf], [nan])[1] == {"phase": "warmup", "step": 1, "of": 1, "value": "-inf"}
+    assert te.loss_record([1.0], [2.0]) == ({"warmup": [1.0], "timed": [2.0]}, None)
+
+
+def test_a_diverging_run_fails_naming_the_step_where_the_loss_went_nonfinite(monkeypatch):
+    """Real CPU training (ResNet-18, synthetic batch) with Adam's lr set absurdly high: the weights overflow after
+    the first update, so a later step's loss is NaN/inf; the run fails, saying where, and records every loss."""
+    _, te = _trial_modules()
+    monkeypatch.setattr(te, "LR", 1e30)
+    result: dict = {}
+    with pytest.raises(RuntimeError, match=r"the loss is not finite \(.+\) from (warmup|timed) step \d+ of \d+"):
+        te.run("synthetic", None, 1, 2, "resnet18", "fp32", 1, 3, "cpu", 0, result)
+    where = result["first_nonfinite_loss"]
+    assert where["phase"] == "timed" and 1 <= where["step"] <= 3 and where["of"] == 3
+    assert math.isfinite(result["step_losses"]["warmup"][0])  # the initial weights: a finite first loss
+    assert result["step_losses"]["timed"][where["step"] - 1] is None
+    assert "status" not in result and "train_images_per_second" not in result
+
+
+def test_decode_diff_compares_two_decodes_pixel_by_pixel():
+    import torch
+
+    loaders, _ = _trial_modules()
+    a = torch.zeros((3, 4, 5), dtype=torch.uint8)
+    b = a.clone()
+    b[0, 0, 0], b[2, 3, 4] = 9, 255
+    d = loaders.decode_diff([a, a, a], [a.clone(), b, torch.zeros((1, 4, 5), dtype=torch.uint8)])
+    assert d == {"images": 3, "max_abs_diff": 255, "mean_abs_diff": pytest.approx(264 / 120),
+                 "shape_mismatches": 1}
+    assert loaders.decode_diff([], [])["max_abs_diff"] is None
+    with pytest.raises(ValueError):  # a decode that lost an image is not compared as if it had not
+        loaders.decode_diff([a], [])
+
+
+def test_the_nvjpeg_loader_says_first_that_it_needs_cuda(corpus):
+    import torch
+
+    loaders, _ = _trial_modules()
+    if torch.cuda.is_available():
+        pytest.skip("this check is for a host without CUDA")
+    with pytest.raises(RuntimeError, match="no CUDA device"):
+        loaders.build("pytorch-nvjpeg", corpus, 2, 0, "ram", 0)
+
+
+def test_the_artifact_schema_takes_the_loss_diagnosis(tmp_path):
+    from kitctl.core.artifact import ArtifactError
+
+    src = sorted((Path(__file__).resolve().parent.parent / "results").glob("train-e2e-*.json"))
+    src = [p for p in src if not p.name.endswith(".partial.json")]
+    if not src:
+        pytest.skip("no committed train-e2e artifact")
+    doc = json.loads(src[-1].read_text())
+    run = doc["results"][-1]["runs"][0]
+    run.update(step_losses={"warmup": [4.1, None], "timed": [None]},
+               first_nonfinite_loss={"phase": "warmup", "step": 2, "of": 2, "value": "nan"},
+               decode_check={"images": 16, "max_abs_diff": 3, "probe": {"loader": {"corrupted": 0}}})
+    validate(doc)
+    run["first_nonfinite_loss"] = {"phase": "loader", "step": 0}
+    with pytest.raises(ArtifactError):
+        validate(doc)

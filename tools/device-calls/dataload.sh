@@ -10,7 +10,8 @@
 # or resnet18: one model per call) in bf16 fed by each loader vs synthetic, one run per cell, jpeg90@256 over
 # E2E_LIMIT images (40,000: every timed window inside one epoch at 16 workers); an ESTIMATE, not measured: ~1.5 min
 # to write the three datasets once, then ~3 min per model (5 runs of ~35 s); on a fresh machine data make adds
-# ~1 min for 50,000 images (measured: 60 s on 16 processes, call 17). So: call 1 `e2e` (resnet50), call 2 `E2E_MODEL=resnet18 ... e2e` on the warm machine. Knobs: DATA_IMAGES, SIZE_LIMIT, SIZE_FORMATS, LOAD_LIMIT, LOAD_DATA (e.g. "raw:256 jpeg90:512"), RUNS.
+# ~1 min for 50,000 images (measured: 60 s on 16 processes, call 17). So: call 1 `e2e` (resnet50), call 2 `E2E_MODEL=resnet18 ... e2e` on the warm machine. Knobs: DATA_IMAGES, SIZE_LIMIT, SIZE_FORMATS, LOAD_LIMIT, LOAD_DATA (e.g. "raw:256 jpeg90:512"), RUNS,
+# E2E_MODEL, E2E_LOADERS (default: all four real loaders), E2E_STEPS, E2E_RUNS, E2E_LIMIT.
 # Each part stops itself (SIGINT: the partial artifact is kept) when the call's time is up; artifacts are
 # copied to $OUT. A later call on the same warm machine reuses data/ (the corpus and the datasets).
 set -u
@@ -76,9 +77,9 @@ sweep() {
 }
 
 e2e() { # ResNet training fed by each loader vs synthetic on-device data (which loader keeps the GPU busy)
-  say "train-e2e $E2E_MODEL bf16, $CORES workers, $E2E_STEPS steps, $E2E_LIMIT images (left $(left) s)"
+  say "train-e2e $E2E_MODEL bf16, loaders $E2E_LOADERS (+ synthetic), $CORES workers, $E2E_STEPS steps, $E2E_LIMIT images (left $(left) s)"
   timeout -s INT $(( $(left) - 5 )) tools/device-kitctl.sh run train-e2e --corpus data/corpus --limit "$E2E_LIMIT" \
-    --model "$E2E_MODEL" --loaders pytorch-dataloader,webdataset,ffcv,pytorch-nvjpeg --workers all \
+    --model "$E2E_MODEL" --loaders "$E2E_LOADERS" --workers all \
     --encoding jpeg90 --side 256 --batch 256 --warmup 10 --steps "$E2E_STEPS" --runs "$E2E_RUNS" --timeout 120 \
     2>&1 | grep -v '…$'
   echo "rc=${PIPESTATUS[0]}"; save "$(ls -t results/train-e2e-*.json | head -1)"
@@ -87,6 +88,10 @@ E2E_STEPS=${E2E_STEPS:-30}  # 10 + 38 + 30 + 38 + 30 batches of 256 = 37,376 ima
 E2E_RUNS=${E2E_RUNS:-1}
 E2E_MODEL=${E2E_MODEL:-resnet50}
 E2E_LIMIT=${E2E_LIMIT:-40000}
+# kitctl run train-e2e --loaders (synthetic always runs first). Rerun one cell: E2E_LOADERS=pytorch-nvjpeg, e.g.
+# `E2E_LOADERS=pytorch-nvjpeg bash tools/device-calls/dataload.sh e2e` (call 25's NaN: its run now records the
+# per-step losses and decode_check, the GPU decode vs the CPU one and the hazard probe of pytorch/vision#9606).
+E2E_LOADERS=${E2E_LOADERS:-pytorch-dataloader,webdataset,ffcv,pytorch-nvjpeg}
 
 case "$PART" in
   make) make ;;

@@ -6,7 +6,7 @@ horizontal flip -> a uint8 batch. Each loader is built once per run and iterated
 | pytorch-dataloader | folder (ImageFolder) | PIL (libjpeg-turbo) | torchvision RandomResizedCrop on PIL: bilinear, antialiased | DataLoader processes |
 | webdataset | tar shards | PIL | the same torchvision transform | DataLoader processes (shards split by worker) |
 | ffcv | .beton | libturbojpeg (ffcv's C part) | ffcv's RandomResizedCropRGBImageDecoder: cv2 INTER_AREA | ffcv threads (numba, nogil) |
-| pytorch-nvjpeg | folder | nvJPEG on the GPU (torchvision.io.decode_jpeg) | on the GPU: torch interpolate bilinear, antialiased | DataLoader processes read bytes |
+| pytorch-nvjpeg | folder | nvJPEG on the GPU (torchvision.io.decode_jpeg), on the loader's own CUDA stream | on the GPU: torch interpolate bilinear, antialiased | DataLoader processes read bytes |
 | dali-cpu | folder (JPEG only) | DALI's CPU decoder, crop fused into the decode (decoders.image_random_crop) | fn.resize (linear, antialiased) | DALI threads |
 | dali-gpu | folder (JPEG only) | DALI `mixed` decoder (nvJPEG), crop fused | fn.resize on the GPU | DALI threads + the GPU |
 
@@ -17,6 +17,7 @@ PIL bilinear resize (what torchvision does on a PIL image); results record which
 from __future__ import annotations
 
 import contextlib
+import io
 import math
 import random
 import threading
@@ -120,11 +121,13 @@ class Built:
     """A loader ready to iterate: epoch() yields uint8 batches (B, 224, 224, 3 or B, 3, 224, 224)."""
 
     def __init__(self, epoch: Callable[[], Iterator[Any]], impl: str, layout: str, notes: str = "",
-                 reset: Callable[[], None] | None = None):
+                 reset: Callable[[], None] | None = None, check: Callable[[], dict] | None = None):
         self.epoch, self.impl, self.layout, self.notes = epoch, impl, layout, notes
         # Called before the source is prepared for an epoch (untimed): a loader that reads ahead across epochs
         # (DALI) starts afresh, so nothing it prefetched survives a cache drop.
         self.reset = reset
+        # An untimed self-check after the measurement (pytorch-nvjpeg: its GPU decode against a CPU decode).
+        self.check = check
 
 
 def finish(it: Any, timeout_s: float = 60.0) -> None:
@@ -243,13 +246,23 @@ def _ffcv(root, batch, workers, source, seed):
 
 
 def _nvjpeg(root, batch, workers, seed):
+    """nvJPEG decode + crop on a CUDA stream the loader owns. Why (torchvision 0.26, decode_jpegs_cuda.cpp): the
+    decoder allocates its outputs with torch::empty on the caller's current stream, then decodes on a private pool
+    stream without waiting for the caller's stream, and nvJPEG's hardware engine writes before work queued ahead
+    of it anyway (pytorch/vision#9606, meta-pytorch/torchcodec#1634). The caching allocator hands a block freed on
+    a stream to the next allocation on that stream at once, so with the training's stream current (the default
+    stream, in the prefetch thread as in the main one) nvJPEG could be handed memory the queued training kernels
+    still use. On a stream of its own the decoder only ever gets blocks this loader freed; a host barrier on that
+    stream before each decode makes them idle; the consumer's stream waits on an event for each batch, and the
+    batch is record_stream'ed so its block is not reused before the consumer's work on it has run."""
     import torch
+
+    if not torch.cuda.is_available():  # said first: a CPU-only host may have no torchvision either
+        raise RuntimeError("pytorch-nvjpeg decodes on the GPU: no CUDA device here")
     import torchvision
     from torch.utils.data import DataLoader, Dataset
     from torchvision.io import decode_jpeg
 
-    if not torch.cuda.is_available():
-        raise RuntimeError("pytorch-nvjpeg decodes on the GPU: no CUDA device here")
     samples = folder_samples(root)
 
     class Bytes(Dataset):  # the workers only read files; decode and crop happen on the GPU
@@ -264,30 +277,120 @@ def _nvjpeg(root, batch, workers, seed):
                     collate_fn=lambda items: items, generator=torch.Generator().manual_seed(seed))
     rng = random.Random(seed)
     dev = torch.device("cuda")
+    stream = torch.cuda.Stream()
+    consumer = torch.cuda.current_stream()  # where the batches are used: the thread that builds the loader
+
+    def decode(jpegs: list) -> list:
+        """torchvision's nvJPEG decode on the loader's stream, after a host barrier on it (see above)."""
+        with torch.cuda.stream(stream):
+            stream.synchronize()
+            return decode_jpeg(jpegs, device=dev)
 
     def gpu_batch(items):
         jpegs = [b for b, raw, _ in items if not raw]
-        decoded = iter(decode_jpeg(jpegs, device=dev) if jpegs else [])
+        decoded = iter(decode(jpegs) if jpegs else [])
         out = []
-        for data, raw, _ in items:
-            img = (torch.from_numpy(np.load(__import__("io").BytesIO(data.numpy().tobytes()))).to(dev).permute(2, 0, 1)
-                   if raw else next(decoded))
-            top, left, h, w = crop_params(rng, img.shape[2], img.shape[1])
-            crop = img[:, top:top + h, left:left + w].unsqueeze(0).float()
-            crop = torch.nn.functional.interpolate(crop, size=(CROP, CROP), mode="bilinear", antialias=True,
-                                                   align_corners=False)
-            if rng.random() < 0.5:
-                crop = crop.flip(3)
-            out.append(crop.round_().clamp_(0, 255).to(torch.uint8))
-        return torch.cat(out)
+        with torch.cuda.stream(stream):
+            for data, raw, _ in items:
+                img = (torch.from_numpy(np.load(io.BytesIO(data.numpy().tobytes()))).to(dev).permute(2, 0, 1)
+                       if raw else next(decoded))
+                top, left, h, w = crop_params(rng, img.shape[2], img.shape[1])
+                crop = img[:, top:top + h, left:left + w].unsqueeze(0).float()
+                crop = torch.nn.functional.interpolate(crop, size=(CROP, CROP), mode="bilinear", antialias=True,
+                                                       align_corners=False)
+                if rng.random() < 0.5:
+                    crop = crop.flip(3)
+                out.append(crop.round_().clamp_(0, 255).to(torch.uint8))
+            images = torch.cat(out)
+            done = torch.cuda.Event()
+            done.record(stream)
+        consumer.wait_event(done)  # the consumer's later work on the batch runs after the loader's
+        images.record_stream(consumer)  # its block stays the consumer's until that work has run
+        return images, torch.tensor([label for _, _, label in items], dtype=torch.int64)
 
     def epoch():
         for items in dl:
             yield gpu_batch(items)
-        torch.cuda.synchronize()
+        stream.synchronize()  # the epoch's GPU work is inside its time (dataload), nothing else waits
+
+    def check() -> dict:
+        return nvjpeg_check([p for p, _ in samples if p.endswith(".jpg")], decode, dev)
 
     return Built(epoch, f"torchvision {torchvision.__version__} decode_jpeg(device=cuda) (nvJPEG); crop + bilinear "
-                 "antialiased resize on the GPU; DataLoader workers read bytes", "NCHW")
+                 "antialiased resize on the GPU; DataLoader workers read bytes; decode + crop on the loader's own "
+                 "CUDA stream, host barrier on it before each decode, the consumer's stream waits on an event per "
+                 "batch, record_stream on the batch; labels passed on", "NCHW", check=check)
+
+
+CHECK_IMAGES = 16
+PROBE_ITERATIONS = 20
+PROBE_SLEEP_CYCLES = 100_000_000  # torch.cuda._sleep: ~50 ms of queued work at ~2 GHz
+
+
+def nvjpeg_check(jpegs: list[str], decode, dev) -> dict:
+    """Untimed, after the timed phases, on the GPU: (1) the loader's GPU decode of a few files against
+    libjpeg-turbo on the CPU (nvJPEG and libjpeg-turbo differ by a few levels; a racing write shows as large
+    differences); (2) the hazard probe of pytorch/vision#9606: tensors freed while reductions over them are still
+    queued on the current stream, then a decode, then the reductions checked. `caller_stream` is a plain
+    decode_jpeg on the current stream (what this loader did before), `loader` the loader's own decode path."""
+    import torch
+    from torchvision.io import decode_jpeg
+
+    out: dict = {"images": 0, "max_abs_diff": None, "mean_abs_diff": None, "shape_mismatches": 0, "probe": None,
+                 "error": None}
+    try:
+        datas = [torch.from_numpy(np.fromfile(p, dtype=np.uint8)) for p in jpegs[:CHECK_IMAGES]]
+        if not datas:
+            out["error"] = "no JPEG files in the dataset"
+            return out
+        gpu = decode(datas)
+        torch.cuda.synchronize()  # decoded on the loader's stream, copied on this thread's
+        out.update(decode_diff([g.cpu() for g in gpu], [decode_jpeg(d) for d in datas]))
+        del gpu
+        out["probe"] = {mode: hazard_probe(datas[0], fn, dev) for mode, fn in
+                        (("caller_stream", lambda ds: decode_jpeg(ds, device=dev)), ("loader", decode))}
+        out["probe"]["iterations"] = PROBE_ITERATIONS
+    except Exception as exc:  # noqa: BLE001 - recorded: the check is a diagnosis, the run's figures stand
+        out["error"] = f"{type(exc).__name__}: {exc}"
+    return out
+
+
+def decode_diff(gpu: list, cpu: list) -> dict:
+    """Two decodes of the same images (uint8 tensors, CHW) compared pixel by pixel: the largest and the mean
+    absolute difference over the images of equal shape, and how many differ in shape."""
+    worst, total, n, mismatches = 0, 0.0, 0, 0
+    for g, c in zip(gpu, cpu, strict=True):
+        if tuple(g.shape) != tuple(c.shape):
+            mismatches += 1
+            continue
+        d = (g.int() - c.int()).abs()
+        worst, total, n = max(worst, int(d.max())), total + float(d.double().sum()), n + d.numel()
+    return {"images": len(gpu), "max_abs_diff": worst if n else None, "mean_abs_diff": total / n if n else None,
+            "shape_mismatches": mismatches}
+
+
+def hazard_probe(data, decode, dev, tensors: int = 4) -> dict:
+    """How often `decode` wrote into memory that work queued on the current stream was still to read."""
+    import torch
+
+    c, h, w = decode([data])[0].shape
+    n = int(c * h * w)  # the decode's own output size: the allocator's best fit is one of the freed tensors
+    sleep = getattr(torch.cuda, "_sleep", None)
+    handed, corrupted = 0, 0
+    for _ in range(PROBE_ITERATIONS):
+        ts = [torch.full((n,), 7, dtype=torch.uint8, device=dev) for _ in range(tensors)]
+        torch.cuda.synchronize()
+        if sleep is not None:
+            sleep(PROBE_SLEEP_CYCLES)  # the reductions below run only after this
+        sums = [t.sum(dtype=torch.int64) for t in ts]
+        ptrs = {t.data_ptr() for t in ts}
+        del ts  # freed while the reductions over them are still queued
+        img = decode([data])[0]
+        handed += img.data_ptr() in ptrs
+        torch.cuda.synchronize()
+        corrupted += any(int(s) != 7 * n for s in sums)
+        del img
+    return {"handed_a_freed_block": handed, "corrupted": corrupted}
 
 
 class _Shape:

@@ -14,6 +14,12 @@ inside a window (a small dataset) is a bubble a real epoch of ImageNet has once 
 (`epoch_starts_in_window`). A real loader's batches come through a prefetch thread (two
 ahead; on CUDA it pins CPU batches so the copy to the device is asynchronous), as DataLoader(pin_memory=True).
 
+Every step's loss stays a device tensor until its phase has ended (no sync inside a timed window); then the
+losses are recorded (`step_losses`) and a NaN/inf anywhere fails the run naming the first one
+(`first_nonfinite_loss`: phase and step). A loader with a self-check (pytorch-nvjpeg: its GPU decode against
+libjpeg-turbo on the CPU, and the hazard probe of pytorch/vision#9606) runs it untimed at the end, into
+`decode_check`; it runs on a failed run too, before the error.
+
 Busy fraction: the share of the timed window in which the device ran training steps. On CUDA from events
 on the stream (recorded just before a step's copy + normalisation and just after its optimizer step):
 busy = sum of the step spans / (first step's start .. last step's end); the gaps are where the GPU waited
@@ -22,6 +28,7 @@ for the host, i.e. for data. On CPU the step is synchronous: busy = 1 - (time in
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 import time
 from pathlib import Path
@@ -123,7 +130,8 @@ class Prefetch:
             for x, y, epoch in source:
                 if self.pin and x.device.type == "cpu":
                     x = x.pin_memory()
-                    y = None if y is None else y.pin_memory()
+                if self.pin and y is not None and y.device.type == "cpu":  # a GPU loader's labels stay on the host
+                    y = y.pin_memory()
                 while not self.stop.is_set():
                     try:
                         self.q.put((x, y, epoch), timeout=0.1)
@@ -160,6 +168,25 @@ class Prefetch:
             self.thread.join(timeout=0.1)
         if not self.thread.is_alive() and hasattr(self.source, "close"):
             self.source.close()
+
+
+def first_nonfinite(losses: list[float]) -> int | None:
+    """The index of the first loss that is NaN or infinite, or None."""
+    return next((i for i, v in enumerate(losses) if not math.isfinite(v)), None)
+
+
+def loss_record(warmup: list[float], timed: list[float]) -> tuple[dict, dict | None]:
+    """The per-step losses as JSON (a non-finite loss as null) and where the loss first went non-finite
+    ({phase, step (1-based), of, value}) or None: the diagnosis a NaN at the end alone does not give."""
+    where = None
+    for phase, values in (("warmup", warmup), ("timed", timed)):
+        i = first_nonfinite(values)
+        if i is not None:
+            where = {"phase": phase, "step": i + 1, "of": len(values), "value": repr(values[i])}
+            break
+    as_json = {phase: [v if math.isfinite(v) else None for v in values]
+               for phase, values in (("warmup", warmup), ("timed", timed))}
+    return as_json, where
 
 
 def split(batch, layout: str):
@@ -267,6 +294,7 @@ def run(loader: str, dataset: Path | None, workers: int, batch: int, model: str,
         wait = 0.0
         images = 0
         marks = []
+        losses = []  # device tensors, read after the window: no sync inside it
         for _ in range(n):
             t0 = time.perf_counter()
             x, y, epoch_now[0] = next(it)
@@ -278,15 +306,27 @@ def run(loader: str, dataset: Path | None, workers: int, batch: int, model: str,
             if record and cuda:
                 end.record()
                 marks.append((start, end))
+            losses.append(loss.detach())
             images += int(x.shape[0])
-        return images, wait, marks, loss
+        return images, wait, marks, losses
+
+    def values(losses) -> list[float]:
+        return [float(v) for v in torch.stack(losses).float().cpu()] if losses else []
+
+    def check_loader() -> None:
+        """Untimed, once the prefetch thread is stopped (the check decodes on the loader's stream itself)."""
+        if built is not None:
+            it.close()
+            if built.check is not None:
+                result["decode_check"] = built.check()
 
     t0 = time.perf_counter()
-    _, _, _, loss = timed_steps(warmup, False)
+    _, _, _, warm_losses = timed_steps(warmup, False)
     if cuda:
         torch.cuda.synchronize()
     result["warmup_seconds"] = time.perf_counter() - t0
-    result["loss_after_warmup"] = float(loss.detach().float())
+    warm_losses = values(warm_losses)
+    result["loss_after_warmup"] = warm_losses[-1] if warm_losses and math.isfinite(warm_losses[-1]) else None
 
     def drain() -> int:
         """Untimed: take (and drop) as many batches as the loader can have read ahead, so that a window starts on
@@ -303,13 +343,18 @@ def run(loader: str, dataset: Path | None, workers: int, batch: int, model: str,
     drained = drain()
     epoch0 = epoch_now[0]
     t0 = time.perf_counter()
-    images, wait, marks, loss = timed_steps(steps, True)
+    images, wait, marks, losses = timed_steps(steps, True)
     if cuda:
         torch.cuda.synchronize()
     window = time.perf_counter() - t0
-    final_loss = float(loss.detach().float())
-    if final_loss != final_loss:
-        raise RuntimeError("the loss is NaN after the timed steps")
+    losses = values(losses)
+    result["step_losses"], where = loss_record(warm_losses, losses)
+    result["first_nonfinite_loss"] = where
+    if where is not None:
+        check_loader()
+        raise RuntimeError(f"the loss is not finite ({where['value']}) from {where['phase']} step {where['step']} "
+                           f"of {where['of']}")
+    final_loss = losses[-1]
     if cuda:
         spans = sum(s.elapsed_time(e) for s, e in marks) / 1000
         total = marks[0][0].elapsed_time(marks[-1][1]) / 1000
@@ -332,7 +377,11 @@ def run(loader: str, dataset: Path | None, workers: int, batch: int, model: str,
         if cuda:
             torch.cuda.synchronize()  # pytorch-nvjpeg decodes on the GPU
         secs = time.perf_counter() - t0
-        it.close()
         result.update({"loader_images": n, "loader_seconds": secs, "loader_images_per_second": n / secs,
                        "loader_epoch_starts": epoch_now[0] - epoch0})
+        check_loader()
+        probe = (result.get("decode_check") or {}).get("probe") or {}
+        if (probe.get("loader") or {}).get("corrupted"):
+            raise RuntimeError(f"{loader}: its decode wrote into memory queued work still used "
+                               f"({probe['loader']['corrupted']} of {probe['iterations']} probe iterations)")
     result["status"] = "ok"

@@ -72,7 +72,7 @@ def caveats(src: Any) -> list[str]:
     """A failed cell and one with fewer runs than asked (named, with why); a window that crossed an epoch start
     (a small --limit) holds the loader's restart bubble, which a real ImageNet epoch (5,005 steps of 256) has
     once: named per cell."""
-    out = cell_caveats(src.doc, _label, src.doc["configuration"].get("runs"))
+    out = cell_caveats(src.doc, _label, src.doc["configuration"].get("runs")) + diagnoses(src.doc)
     hit = []
     for c in src.doc["results"]:
         n = sum((r.get("epoch_starts_in_window") or 0) + (r.get("loader_epoch_starts") or 0) for r in c["runs"])
@@ -83,6 +83,40 @@ def caveats(src: Any) -> list[str]:
     return out + [f"**Epoch starts inside timed windows** — {', '.join(hit)}: a loader restarts its read-ahead at each "
             "epoch (a bubble an ImageNet epoch has once per 5,005 steps); these figures understate the loader. "
             "A larger --limit keeps the windows inside one epoch."]
+
+
+def diagnoses(doc: dict[str, Any]) -> list[str]:
+    """Per run, where its loss first went non-finite, and a GPU loader's decode check (its GPU decode against a CPU
+    decode; the hazard probe of pytorch/vision#9606 for a plain caller-stream decode_jpeg and for the loader's own
+    path): what a failed or suspect GPU-decode run needs to be read."""
+    out = []
+    for c in doc["results"]:
+        for r in c["runs"]:
+            name = f"{c['model']} {c['loader']} run {r.get('run')}"
+            where = r.get("first_nonfinite_loss")
+            if where:
+                out.append(f"**Loss went non-finite** — {name}: first at {where['phase']} step {where['step']} "
+                           f"of {where.get('of', '?')} ({where.get('value', '?')})")
+            check = r.get("decode_check")
+            if not check:
+                continue
+            if check.get("error"):
+                out.append(f"**GPU decode check** — {name}: did not run to the end: {check['error']}")
+                continue
+            text = (f"**GPU decode check** — {name}: GPU vs CPU decode of {check.get('images')} images, max |Δ| "
+                    f"{check.get('max_abs_diff')}, mean {_num(check.get('mean_abs_diff'))}")
+            probe = check.get("probe") or {}
+            if probe:
+                n = probe.get("iterations")
+                text += ("; freed memory overwritten (pytorch/vision#9606 probe) in "
+                         f"{(probe.get('caller_stream') or {}).get('corrupted')}/{n} iterations with decode_jpeg on "
+                         f"the caller's stream, {(probe.get('loader') or {}).get('corrupted')}/{n} with the loader's")
+            out.append(text)
+    return out
+
+
+def _num(x: Any) -> str:
+    return f"{x:.3f}" if isinstance(x, (int, float)) else "—"
 
 
 def headline(src: Any) -> str:

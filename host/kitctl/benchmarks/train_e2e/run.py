@@ -13,7 +13,7 @@ FIGURES = ("train_images_per_second", "loader_images_per_second", "busy_fraction
            "window_seconds", "warmup_seconds", "images", "steps", "data_wait_seconds", "loader_images",
            "loader_seconds", "final_loss", "loss_after_warmup", "precision", "device", "parameters", "impl",
            "layout", "busy_basis", "resident_before", "drained_batches", "epoch_starts_in_window",
-           "loader_epoch_starts", "cpu_count", "versions")
+           "loader_epoch_starts", "cpu_count", "versions", "step_losses", "first_nonfinite_loss", "decode_check")
 
 
 def find(doc: dict[str, Any], key: tuple[str, str]) -> dict[str, Any] | None:
