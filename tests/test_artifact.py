@@ -266,6 +266,22 @@ def test_validation_rejects_schema_violations_in_one_line(mutate, where):
     assert where in msg
 
 
+def test_a_trial_result_may_carry_a_compiled_peak():
+    """`compiled_peak_mib` is an optional extra of the trial's result (absent, null or a number of
+    MiB): the schema names it, and a result without it stays valid."""
+    doc = with_trial(make_doc())
+    trial = doc["results"][0]["trials"][0]
+    for value in (15339.62, None):
+        trial["result"] = {"protocol": 1, "status": "ok", "compiled_peak_mib": value}
+        art.validate(doc)
+    trial["result"] = {"protocol": 1, "status": "ok"}
+    art.validate(doc)
+    trial["result"]["compiled_peak_mib"] = "15 GiB"
+    with pytest.raises(ArtifactError) as ei:
+        art.validate(doc)
+    assert "results/0/trials/0/result/compiled_peak_mib" in str(ei.value)
+
+
 def test_bounded_cell_needs_integers():
     doc = with_trial(make_doc())
     doc["results"][0].update(search_status="bounded_by_memory_failure", max_batch=None, next_batch=None)

@@ -191,6 +191,125 @@ def test_guided_needs_fewer_candidates_than_protocol_on_the_committed_searches()
     assert opennn and all(r.trials <= 4 for r in opennn)  # linear peaks: found in ≤ 4
 
 
+# -- compiled peaks: jax-xla's pool is flat, XLA's compiled peak is not ------------------------
+
+JAX_BF16 = RESULTS / "maxbatch-resnet50-synthetic-20261201T215512Z.json"  # protocol, every candidate has one
+JAX_FP32 = RESULTS / "maxbatch-resnet50-synthetic-20261201T163217Z.json"  # guided, recorded before the field
+
+
+def test_recorded_jax_searches_replayed_with_compiled_peaks(capsys):
+    """The recorded jax-xla searches, replayed (not measured): the oracle answers a recorded batch
+    with its recorded outcome and compiled peak, any other batch by the recorded answer with a
+    compiled peak interpolated between the recorded candidates either side."""
+    counts = {}
+    for path in (JAX_BF16, JAX_FP32):
+        doc = json.loads(path.read_text())
+        (proto,) = replay(doc, "protocol")
+        (today,) = replay(doc, "guided", compiled=False)
+        (new,) = replay(doc, "guided")
+        for r in (proto, today, new):
+            assert r.same, (path.name, r.answer, r.recorded, r.batches)
+        counts[path] = proto.trials, today.trials, new.trials
+        with capsys.disabled():
+            print(f"\nREPLAY (recorded outcomes; unrecorded batches: outcome by the recorded answer, compiled "
+                  f"peak interpolated between recorded neighbours) {path.name} {new.engine} {new.precision}: "
+                  f"{new.recorded[0]:,}/{new.recorded[1]:,}; candidates protocol {proto.trials} "
+                  f"(~{proto.elapsed_s:.0f} s), guided before {today.trials} (~{today.elapsed_s:.0f} s), "
+                  f"guided with compiled peaks {new.trials} (~{new.elapsed_s:.0f} s): {list(new.batches)}")
+    # bf16: protocol's recorded 15 candidates; the flat device peaks gave guided nothing (16).
+    assert counts[JAX_BF16][:2] == (15, 16)
+    assert counts[JAX_BF16][2] <= 12
+    # fp32 was recorded before the trial reported compiled peaks: guided is exactly as before.
+    assert counts[JAX_FP32] == (16, 16, 16)
+
+
+def test_compiled_peaks_of_older_jax_artifacts_come_from_xla_memory_analysis():
+    from kitctl.benchmarks.maxbatch.run import cell_search, compiled_peak, trial_entry
+
+    doc = json.loads(JAX_BF16.read_text())
+    cell = doc["results"][0]
+    t = cell["trials"][-1]  # 27,098 ok, recorded before `compiled_peak_mib` existed
+    assert "compiled_peak_mib" not in t["result"]
+    assert trial_entry(t) == (27098, Status.OK, t["peaks"]["device_delta_mib"],
+                              pytest.approx(16084752760 / 2**20))
+    t2 = json.loads(json.dumps(t))
+    t2["result"]["compiled_peak_mib"] = 15000.5  # the field wins where a trial reports it
+    assert compiled_peak(t2) == 15000.5
+    t2["result"].update(compiled_peak_mib=None, xla_memory_analysis=None)
+    assert compiled_peak(t2) is None and compiled_peak({"result": None}) is None
+    assert cell_search(SearchConfig(26000, 36000), cell).compiled_target_mib == cell["framework_budget_mib"]
+
+
+def jax_like(c: int, pool: float, per: float = 0.56, jitter: float = 0.0, seed: int = 0):
+    """A simulated jax-xla GPU: the device peak is the preallocated pool whatever the batch; the
+    compiled peak grows `per` MiB per image (with jitter, not monotone) and batch ≤ c passes."""
+    rng = random.Random(seed)
+    noise: dict[int, float] = {}
+
+    def oracle(b: int):
+        if b not in noise:
+            noise[b] = rng.uniform(-jitter, jitter)
+        cp = 300.0 + per * b + noise[b]
+        return (Status.OK, pool, cp) if b <= c else (Status.OOM, pool - 16, cp)
+    return oracle
+
+
+@pytest.mark.parametrize("c", [13568, 27098, 20000, 40000])
+def test_compiled_peaks_find_a_flat_pool_boundary_in_fewer_candidates(c):
+    pool = 300.0 + 0.56 * c + 0.3  # the compiled peak at which the outcome splits
+    cfg = SearchConfig(12288, 1 << 20, target_mib=B, anchor=(16, 1160.8), compiled_target_mib=pool + 130)
+    d, hist = run_search(jax_like(c, 16068.8), cfg, "guided")
+    check(d, hist, c, cfg)
+    _, before = run_search(lambda b: jax_like(c, 16068.8)(b)[:2], cfg, "guided")
+    _, proto = run_search(jax_like(c, 16068.8), cfg, "protocol")
+    assert len(hist) <= len(proto) - 3 and len(hist) < len(before), (len(hist), len(before), len(proto))
+
+
+def test_compiled_threshold_and_prediction():
+    from kitctl.core.guided import compiled_threshold, predict_compiled
+
+    cfg = SearchConfig(100, 1 << 20, compiled_target_mib=1000.0)
+    assert compiled_threshold([], cfg) == 1000.0  # no failure yet: the framework's budget
+    hist = [(100, Status.OK, 5000.0, 200.0)]
+    # one pass: the line through the origin, 2 MiB per image, reaches 1,000 at 500
+    assert predict_compiled(hist, cfg, 100, None) == pytest.approx(500.0)
+    hist += [(500, Status.OK, 5000.0, 600.0)]  # secant: 1 MiB per image from here
+    assert predict_compiled(hist, cfg, 500, None) == pytest.approx(900.0)
+    hist += [(900, Status.OOM, 4990.0, 1400.0)]  # failed above the budget: still the budget
+    assert compiled_threshold(hist, cfg) == 1000.0
+    assert predict_compiled(hist, cfg, 500, 900) == pytest.approx(500 + 400 * 400 / 800)  # false position
+    hist += [(700, Status.OOM, 4990.0, 700.0)]  # failed under the budget: bisect the threshold
+    assert compiled_threshold(hist, cfg) == pytest.approx(650.0)
+    assert predict_compiled(hist, cfg, 500, 700) == pytest.approx(500 + 50 * 200 / 100)
+    # a pass above a failure's compiled peak contradicts any threshold: no prediction
+    assert compiled_threshold(hist + [(650, Status.OK, 5000.0, 750.0)], cfg) is None
+    assert predict_compiled([(100, Status.OK, 5000.0)], cfg, 100, None) is None  # none reported
+    assert compiled_threshold([(100, Status.OK, 5000.0, 200.0)], SearchConfig(100)) is None
+
+
+@pytest.mark.parametrize("c", [1, 2, 127, 128, 129, 4095, 27098, 99999])
+@pytest.mark.parametrize("model", [
+    lambda b: 1.0 + 0.001 * b,            # says "nearly free"
+    lambda b: 15000.0,                    # flat
+    lambda b: 1e6 - 3.0 * b,              # falling
+    lambda b: (b * 7919) % 20000,         # scattered
+])
+def test_wrong_compiled_peaks_cost_candidates_never_the_answer(c, model):
+    cfg = SearchConfig(128, 1 << 17, target_mib=B, anchor=(16, 1160.8), compiled_target_mib=15469.0)
+    d, hist = run_search(lambda b: (Status.OK if b <= c else Status.OOM, 16068.8, model(b)), cfg, "guided")
+    check(d, hist, c, cfg)
+    assert len(hist) <= 3 * (2 * math.ceil(math.log2(cfg.max_batch + 1)) + 3), hist
+
+
+def test_resume_with_compiled_peaks_replays_the_same_decisions():
+    cfg = SearchConfig(12288, 1 << 20, target_mib=B, compiled_target_mib=15469.0)
+    o = jax_like(27098, 16068.8, jitter=3.0, seed=4)
+    d, hist = run_search(o, cfg, "guided")
+    for k in range(len(hist)):
+        d2, hist2 = run_search(o, cfg, "guided", history=hist[:k])
+        assert hist2 == hist and d2 == d
+
+
 # -- in the runner: peaks and target reach the strategy; a partial replays for --resume -------
 
 def test_runner_guided_run_records_its_target_and_replays(tmp_path):
@@ -231,7 +350,7 @@ def test_runner_guided_run_records_its_target_and_replays(tmp_path):
 # -- property: any capacity, any peaks (even absurd ones), the protocol's answer --------------
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import example, given, settings, strategies as st  # noqa: E402
 
 
 @settings(max_examples=300, deadline=None, database=None)
@@ -241,4 +360,20 @@ def test_property_any_peaks_give_the_protocol_answer(c, start, maxexp, noise):
     maxb = max(start, start << maxexp) if maxexp else 1 << 19
     cfg = SearchConfig(start, maxb, target_mib=B, anchor=(16, noise[0]))
     d, hist = run_search(gpu(c, lambda b: noise[b % len(noise)]), cfg, "guided")
+    check(d, hist, c, cfg)
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.integers(0, 300000), st.integers(1, 5000), st.integers(0, 5),
+       st.lists(st.floats(0, 2 * B, allow_nan=False), min_size=1, max_size=50),
+       st.one_of(st.none(), st.floats(1, 2 * B, allow_nan=False)))
+@example(1, 1, 0, [5e-324], 1.0)  # a denormal compiled peak: an infinite prediction, once an OverflowError
+def test_property_any_compiled_peaks_give_the_protocol_answer(c, start, maxexp, cps, target):
+    maxb = max(start, start << maxexp) if maxexp else 1 << 19
+    cfg = SearchConfig(start, maxb, target_mib=B, anchor=(16, 1160.8), compiled_target_mib=target)
+
+    def oracle(b):
+        cp = cps[b % len(cps)]
+        return (Status.OK, 16068.8, cp) if b <= c else (Status.OOM, 16050.8, cp)
+    d, hist = run_search(oracle, cfg, "guided")
     check(d, hist, c, cfg)

@@ -422,6 +422,9 @@ def test_the_trial_records_xla_memory_analysis_on_cpu():
     assert all(isinstance(v, int) and v >= 0 for v in mem.values())
     # The step's parameters and Adam's two moments are arguments (fp32): at least 3 × 4 bytes each.
     assert mem["argument_bytes"] >= 3 * 4 * RESNET50_CIFAR_PARAMS
+    # The generic field the host's guided search reads: XLA's compiled peak in MiB.
+    assert r["compiled_peak_mib"] == round(mem["peak_memory_bytes"] / 2**20, 2)
+    assert r["compiled_peak_mib"] >= mem["argument_bytes"] / 2**20
     assert "Compiling: jit_train_step" in err  # captured on fd 2 during the compile, copied back
 
 

@@ -183,6 +183,9 @@ def _train(args, result: dict, device) -> None:
     compile_seconds = time.perf_counter() - t0
     result["compile_seconds"] = compile_seconds
     result["xla_memory_analysis"] = xla_log.memory_analysis(step)
+    # The generic field the host's guided search reads (before the step runs, so a memory failure
+    # carries it too): XLA's compiled peak, MiB; null where this backend reports none.
+    result["compiled_peak_mib"] = xla_log.compiled_peak_mib(result["xla_memory_analysis"])
 
     def steps(state, n: int):
         """n steps, no host synchronisation; (state, the last loss as a device array or None)."""

@@ -131,3 +131,11 @@ def memory_analysis(compiled) -> dict | None:
         if isinstance(value, int):
             out[name.removesuffix("_in_bytes").removesuffix("_size") + "_bytes"] = value
     return out or None
+
+
+def compiled_peak_mib(analysis: dict | None) -> float | None:
+    """XLA's ahead-of-time peak of the compiled step (`peak_memory_bytes`) in MiB, or None where
+    the analysis has none. Kept to 0.01 MiB: on the H200 the outcome split between compiled
+    peaks 0.6 MiB apart (bf16 27,098 passed at 15,339.62, 27,099 failed at 15,340.17)."""
+    peak = (analysis or {}).get("peak_memory_bytes")
+    return None if peak is None else round(peak / 2**20, 2)

@@ -16,6 +16,19 @@ bisecting blindly. It is only a guide: peaks are noisy and not monotone in the b
 * a prediction is bracketed with a margin that grows while it keeps landing on one side
   (galloping), so a small error costs a few candidates, not a bisection of the whole gap.
 
+Compiled peaks (a trial's `compiled_peak_mib`: the framework's ahead-of-time estimate of the
+step's peak, XLA's for jax-xla). jax-xla preallocates its pool, so its device peak is flat and
+says nothing; but XLA reports the compiled step's peak before it runs, for memory failures as
+well as passes, and the outcome splits sharply on it (H200 bf16: every pass at or below
+16.0848e9 bytes, every failure above). Where the candidates carry it, the prediction is the batch
+at which the compiled peak reaches a threshold: the framework's budget (`compiled_target_mib`)
+until a failure's compiled peak comes in under it, then the middle between the largest passing
+and the smallest failing compiled peak; by false position between lo and hi (both compiled
+peaks are known), or on the secant through the largest passes while growing. The compiled peak
+is not monotone in the batch (rematerialisation changes with the size): the same brackets and
+bisection fallback catch a wrong model. Without compiled peaks (every other engine) the device
+peaks decide, exactly as before.
+
 Retries (timeout/crash/error once), non-finite losses and min_batch are protocol's rules,
 shared through `checked_verdicts`. A pure function of the history: resume replays it.
 """
@@ -85,6 +98,62 @@ def predict(history: Sequence[Trial], cfg: SearchConfig, lo: int) -> float | Non
     return lo + (cfg.target_mib - peak) / s
 
 
+def _compiled(history: Sequence[Trial]) -> dict[int, tuple[bool, float]]:
+    """(passed?, compiled peak) of each batch whose last attempt passed or failed for memory and
+    carries a compiled peak (the 4th element of a trial)."""
+    out: dict[int, tuple[bool, float]] = {}
+    for t in history:
+        b, status = t[0], t[1]
+        cp = t[3] if len(t) > 3 else None
+        if cp is not None and (status is Status.OK or status.is_memory_failure):
+            out[b] = (status is Status.OK, float(cp))
+        else:
+            out.pop(b, None)
+    return out
+
+
+def compiled_threshold(history: Sequence[Trial], cfg: SearchConfig) -> float | None:
+    """The compiled peak the boundary sits at, as far as the history says, or None.
+
+    The framework's budget while it is above every passing compiled peak and no failure came in
+    under it (a failure above the budget only says its batch was too large). Once a failure's
+    compiled peak is under the budget, the budget is known to be too high: the middle between the
+    largest passing and the smallest failing compiled peak (a bisection of the threshold).
+    None when nothing bounds it or a pass sits at or above a failure (no threshold fits)."""
+    pts = _compiled(history).values()
+    lower = max((cp for ok, cp in pts if ok), default=None)
+    fail = min((cp for ok, cp in pts if not ok), default=None)
+    target = cfg.compiled_target_mib
+    if lower is not None and fail is not None and fail <= lower:
+        return None
+    if target is not None and (lower is None or target > lower) and (fail is None or fail > target):
+        return target
+    if fail is None:
+        return None
+    return fail if lower is None else (lower + fail) / 2
+
+
+def predict_compiled(history: Sequence[Trial], cfg: SearchConfig, lo: int, hi: int | None) -> float | None:
+    """The batch at which the compiled peak reaches the threshold: false position between lo and
+    hi, or (no failure above lo yet) the secant through the two largest passes at or below lo
+    (one pass alone: the line through the origin, whose slope a fixed part only overestimates).
+    None without compiled peaks at lo (and hi), or with a flat or falling secant."""
+    pts = _compiled(history)
+    at_lo = pts.get(lo)
+    thr = compiled_threshold(history, cfg)
+    if at_lo is None or not at_lo[0] or thr is None:
+        return None
+    y0 = at_lo[1]
+    if hi is not None:
+        at_hi = pts.get(hi)
+        if at_hi is None or at_hi[1] <= y0:
+            return None
+        return lo + (thr - y0) * (hi - lo) / (at_hi[1] - y0)
+    below = sorted(b for b, (ok, _) in pts.items() if ok and b < lo)
+    s = (y0 - pts[below[-1]][1]) / (lo - below[-1]) if below else y0 / lo
+    return lo + (thr - y0) / s if s > 0 else None
+
+
 def _trailing_side(history: Sequence[Trial], since: int) -> tuple[bool | None, int]:
     """(passed?, how many) of the run of same-verdict candidates ending the history, counting
     only candidates after index `since` (the bracket phase)."""
@@ -137,7 +206,13 @@ def guided_strategy(history: Sequence[Trial], cfg: SearchConfig) -> Decision:
     if done is not None:
         return done
     floor = cfg.min_batch - 1
-    pred = predict(history, cfg, lo) if lo > floor else None
+    pred = None
+    if lo > floor:
+        pred = predict_compiled(history, cfg, lo, hi)
+        if pred is None:
+            pred = predict(history, cfg, lo)
+        if pred is not None and not math.isfinite(pred):
+            pred = None  # a vanishing slope (denormal peaks): no prediction, protocol's steps
 
     if hi is None:  # growing: no failure above the largest pass yet
         cap = min(cfg.max_batch, MAX_GROWTH * lo)

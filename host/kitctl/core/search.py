@@ -31,6 +31,10 @@ class SearchConfig:
     # protocol strategy ignores both; the guided one without them falls back to protocol steps.
     target_mib: float | None = None
     anchor: tuple[int, float] | None = None
+    # What a framework's ahead-of-time peak estimate (a trial's `compiled_peak_mib`) must stay
+    # under: the memory the framework was told it may use (the cell's framework budget). Only
+    # `guided` reads it, and only for engines whose trials report that estimate.
+    compiled_target_mib: float | None = None
 
     def __post_init__(self) -> None:
         if self.min_batch < 1:
@@ -53,8 +57,10 @@ class Decision:
     reason: str = ""
 
 
-# (batch, status) or (batch, status, device-delta peak MiB or None): only `guided` reads peaks.
-Trial = tuple  # tuple[int, Status] | tuple[int, Status, float | None]
+# (batch, status), (batch, status, device-delta peak MiB or None) or (batch, status, device-delta
+# peak, compiled peak MiB or None: the framework's ahead-of-time estimate, known for memory
+# failures too): only `guided` reads the peaks.
+Trial = tuple  # tuple[int, Status] | tuple[int, Status, float | None] | tuple[int, Status, float | None, float | None]
 
 
 def _verdicts(history: Sequence[Trial]) -> tuple[dict[int, bool], Decision | None]:
@@ -172,8 +178,8 @@ STRATEGIES: dict[str, Callable[[Sequence[Trial], SearchConfig], Decision]] = {
 
 def run_search(oracle: Callable[[int], Any], cfg: SearchConfig, strategy: str = "protocol",
                history: Iterable[Trial] = ()) -> tuple[Decision, list[Trial]]:
-    """Drive a strategy against `oracle(batch) -> Status | (Status, peak MiB | None)` (tests,
-    simulations, replays of recorded runs)."""
+    """Drive a strategy against `oracle(batch) -> Status | (Status, peak MiB | None[, compiled
+    peak MiB | None])` (tests, simulations, replays of recorded runs)."""
     hist = list(history)
     decide = STRATEGIES[strategy]
     while True:

@@ -16,7 +16,9 @@ have found given the same measurements, even where pass/fail is not monotone in 
 
 Hypotheses: a pending candidate either passes (status ok, its device-delta peak guessed on the
 line through the nearest recorded passes: only `guided` reads it, and a wrong guess only costs
-a useless speculative candidate) or fails with a memory failure ("oom"). A retry-class outcome
+a useless speculative candidate) or fails with a memory failure ("oom"); where the recorded
+candidates carry compiled peaks (jax-xla), both outcomes carry one guessed the same way from
+the nearest recorded candidates that have one, passes and memory failures alike. A retry-class outcome
 (timeout/crash/error) is not hypothesised: when one happens, the replay hands it to the strategy,
 which asks for the same batch again, and that retry becomes the next candidate, as on one GPU.
 
@@ -98,9 +100,26 @@ def guess_peak(history: Sequence[Trial], batch: int, cfg: SearchConfig) -> float
     return p0 + (p1 - p0) * (batch - b0) / (b1 - b0)
 
 
+def guess_compiled(history: Sequence[Trial], batch: int) -> float | None:
+    """A candidate's compiled peak as the line through the two nearest recorded candidates that
+    report one (passes and memory failures: XLA compiles both), or None without two of them."""
+    pts: dict[int, float] = {}
+    for t in history:
+        if len(t) > 3 and t[3] is not None and (t[1] is Status.OK or t[1].is_memory_failure):
+            pts[t[0]] = float(t[3])
+    near = sorted(pts, key=lambda b: (abs(b - batch), b))[:2]
+    if len(near) < 2:
+        return None
+    (b0, b1) = sorted(near)
+    return pts[b0] + (pts[b1] - pts[b0]) * (batch - b0) / (b1 - b0)
+
+
 def hypotheses(history: Sequence[Trial], batch: int, cfg: SearchConfig) -> tuple[Trial, Trial]:
     """The two outcomes a pending candidate is assumed to have: pass, then memory failure."""
-    return (batch, Status.OK, guess_peak(history, batch, cfg)), (batch, Status.OOM, None)
+    cp = guess_compiled(history, batch)
+    if cp is None:  # an engine without compiled peaks: the trials it always had
+        return (batch, Status.OK, guess_peak(history, batch, cfg)), (batch, Status.OOM, None)
+    return (batch, Status.OK, guess_peak(history, batch, cfg), cp), (batch, Status.OOM, None, cp)
 
 
 def _leftover(trials: Sequence[Trial], root: Replayed) -> dict[int, list[Trial]]:

@@ -3,17 +3,21 @@
 The oracle is the artifact's own data: a batch the run tested answers its recorded last
 status and device-delta peak; a batch it never tested answers by the recorded boundary
 (pass at or below max_batch, memory failure above), with a peak interpolated linearly
-between the nearest recorded passes (None outside them). So the comparison uses only
-measured figures; interpolated peaks are guidance for `guided`, never a verdict.
+between the nearest recorded passes (None outside them), and a compiled peak (the trial's
+`compiled_peak_mib`, for engines that report one: jax-xla) interpolated linearly between the
+nearest recorded candidates that carry one, passes and memory failures alike, the calibration
+included (None outside them). So the comparison uses only measured figures; interpolated peaks
+are guidance for `guided`, never a verdict.
 """
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ...core.outcome import Status
 from ...core.search import Decision, SearchConfig, run_search
+from .run import cell_search, compiled_peak
 
 
 @dataclass(frozen=True)
@@ -25,6 +29,9 @@ class Replay:
     trials: int
     answer: tuple[int | None, int | None]
     batches: tuple[int, ...]
+    # Replayed, not measured: each candidate's recorded elapsed_s (of the nearest recorded batch
+    # where the run never tested it), summed.
+    elapsed_s: float = 0.0
 
     @property
     def same(self) -> bool:
@@ -35,48 +42,66 @@ def _peak(t: dict[str, Any]) -> float | None:
     return (t.get("peaks") or {}).get("device_delta_mib")
 
 
+def _interp(points: list[tuple[int, float]], b: int) -> float | None:
+    """The line through the recorded points either side of b (sorted by batch), None outside."""
+    xs = [x for x, _ in points]
+    i = bisect.bisect_left(xs, b)
+    if i == 0 or i == len(xs):
+        return None
+    (b0, p0), (b1, p1) = points[i - 1], points[i]
+    return p0 + (p1 - p0) * (b - b0) / (b1 - b0)
+
+
 def oracle_of(cell: dict[str, Any]):
-    last: dict[int, tuple[Status, float | None]] = {}
+    last: dict[int, tuple[Status, float | None, float | None]] = {}
     for t in cell["trials"]:
-        last[t["batch"]] = (Status(t["status"]), _peak(t))
-    passes = sorted((b, p) for b, (s, p) in last.items() if s is Status.OK and p is not None)
-    xs = [b for b, _ in passes]
+        last[t["batch"]] = (Status(t["status"]), _peak(t), compiled_peak(t))
+    passes = sorted((b, p) for b, (s, p, _) in last.items() if s is Status.OK and p is not None)
+    compiled = {b: c for b, (s, _, c) in last.items() if c is not None and (s is Status.OK or s.is_memory_failure)}
+    cal = cell.get("calibration")
+    if cal and cal.get("status") == "ok" and compiled_peak(cal) is not None:
+        compiled.setdefault(int(cal["batch"]), compiled_peak(cal))
+    compiled_pts = sorted(compiled.items())
     boundary = cell["max_batch"]
 
-    def interp(b: int) -> float | None:
-        i = bisect.bisect_left(xs, b)
-        if i == 0 or i == len(xs):
-            return None
-        (b0, p0), (b1, p1) = passes[i - 1], passes[i]
-        return p0 + (p1 - p0) * (b - b0) / (b1 - b0)
-
-    def oracle(b: int) -> tuple[Status, float | None]:
+    def oracle(b: int) -> tuple[Status, float | None, float | None]:
         if b in last:
             return last[b]
         if boundary is not None and b <= boundary:
-            return Status.OK, interp(b)
-        return Status.OOM, None
+            return Status.OK, _interp(passes, b), _interp(compiled_pts, b)
+        return Status.OOM, None, _interp(compiled_pts, b)
 
     return oracle
+
+
+def _without_compiled(oracle):
+    return lambda b: oracle(b)[:2]
 
 
 def search_config(doc: dict[str, Any], cell: dict[str, Any]) -> SearchConfig:
     conf = doc["configuration"]
     budget = (doc.get("budget") or {}).get("budget_mib")
-    cal = cell.get("calibration")
-    anchor = (cal["batch"], _peak(cal)) if cal and cal.get("status") == "ok" and _peak(cal) is not None else None
-    return SearchConfig(conf["start_batch"], conf["max_batch"], min_batch=conf.get("min_batch", 1),
-                        target_mib=budget, anchor=anchor)
+    base = SearchConfig(conf["start_batch"], conf["max_batch"], min_batch=conf.get("min_batch", 1))
+    # The run's own cell_search (anchor, the framework budget for compiled peaks), aimed at the
+    # run's budget: artifacts from before `search_target_mib` was recorded replay the same way.
+    return replace(cell_search(base, cell), target_mib=budget)
 
 
-def replay(doc: dict[str, Any], strategy: str) -> list[Replay]:
+def replay(doc: dict[str, Any], strategy: str, compiled: bool = True) -> list[Replay]:
+    """Each bounded cell's search replayed under `strategy`; compiled=False hides the compiled
+    peaks from it (what `guided` did before it read them)."""
     out = []
     for cell in doc["results"]:
         if cell.get("state") != "done" or cell.get("search_status") != "bounded_by_memory_failure":
             continue
+        oracle = oracle_of(cell)
+        if not compiled:
+            oracle = _without_compiled(oracle)
         d: Decision
-        d, hist = run_search(oracle_of(cell), search_config(doc, cell), strategy)
+        d, hist = run_search(oracle, search_config(doc, cell), strategy)
+        el = {t["batch"]: float(t["elapsed_s"]) for t in cell["trials"] if t.get("elapsed_s") is not None}
+        secs = sum(el[min(el, key=lambda x: (abs(x - t[0]), x))] for t in hist) if el else 0.0
         out.append(Replay(cell["engine"], cell["precision"], len(cell["trials"]),
                           (cell["max_batch"], cell["next_batch"]), len(hist), (d.max_batch, d.next_batch),
-                          tuple(t[0] for t in hist)))
+                          tuple(t[0] for t in hist), secs))
     return out

@@ -7,6 +7,7 @@ runner shares (signals, saving after each unit, the loop over engines × precisi
 """
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
@@ -23,6 +24,8 @@ from ...core.signals import Interrupted  # noqa: F401  (re-exported: SIGINT/SIGT
 from ...runner import UnitRunner, find_cell
 from ...runtimes.base import Runtime
 from ...view import CANCELLED
+
+MIB = 2**20
 
 
 @dataclass
@@ -59,15 +62,34 @@ def replay_problem(trials: Sequence[dict[str, Any]], search: SearchConfig, strat
     return None
 
 
+def compiled_peak(t: dict[str, Any]) -> float | None:
+    """A recorded candidate's compiled peak (MiB): what its trial reported as `compiled_peak_mib`
+    (the framework's ahead-of-time estimate of the step's peak), or None. A jax-xla candidate
+    recorded before the trial reported that field carries the same number as XLA's memory
+    analysis (`xla_memory_analysis.peak_memory_bytes`): read from there, so resume and the
+    replays see the field whichever trial version wrote the artifact."""
+    result = t.get("result") or {}
+    v = result.get("compiled_peak_mib")
+    if v is None:
+        b = (result.get("xla_memory_analysis") or {}).get("peak_memory_bytes")
+        v = b / MIB if _number(b) else None
+    return float(v) if _number(v) else None
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def trial_entry(t: dict[str, Any]) -> tuple:
-    """A recorded candidate as the search sees it: (batch, status, device-delta peak)."""
+    """A recorded candidate as the search sees it: (batch, status, device-delta peak, compiled peak)."""
     out = TrialOutcome.from_json(t)
-    return (out.batch, out.status, out.peaks.device_delta_mib)
+    return (out.batch, out.status, out.peaks.device_delta_mib, compiled_peak(t))
 
 
 def cell_search(search: SearchConfig, cell: dict[str, Any]) -> SearchConfig:
     """The search of one cell: what `guided` aims at (the gate's budget, recorded in the cell as
-    `search_target_mib`) and its free data point (the calibration candidate's peak)."""
+    `search_target_mib`; the framework's budget for compiled peaks) and its free data point (the
+    calibration candidate's peak)."""
     target = cell.get("search_target_mib")
     cal = cell.get("calibration")
     anchor = None
@@ -75,7 +97,9 @@ def cell_search(search: SearchConfig, cell: dict[str, Any]) -> SearchConfig:
         peak = (cal.get("peaks") or {}).get("device_delta_mib")
         if peak is not None:
             anchor = (int(cal["batch"]), float(peak))
-    return replace(search, target_mib=target, anchor=anchor)
+    fw = cell.get("framework_budget_mib")
+    return replace(search, target_mib=target, anchor=anchor,
+                   compiled_target_mib=float(fw) if fw is not None else None)
 
 
 def _summary(cell: dict[str, Any]) -> str:
