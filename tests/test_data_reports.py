@@ -254,3 +254,13 @@ def test_results_list_headline_names_the_fastest_loader_per_data_and_source():
 
     assert headline(load_source(LOAD_JPEG)) == ("jpeg90@256 · ram · 16 workers: webdataset 6,184 img/s; "
                                                 "jpeg90@256 · cold · 16 workers: webdataset 6,356 img/s")
+
+
+def test_plots_leave_no_figure_open(tmp_path):
+    """pyplot keeps every figure until it is closed: a report of many results must not pile them up."""
+    import matplotlib.pyplot as plt
+    from kitctl.reports.plots import make_plots
+
+    plt.close("all")
+    files = make_plots([load_source(p) for p in (LOAD_JPEG, LOAD_RAW, E2E_R18)], tmp_path)
+    assert len(files) >= 3 and plt.get_fignums() == []

@@ -56,8 +56,14 @@ def mpl():
 
 
 def save(fig: Any, path: Path) -> None:
-    """The PNG through a temporary file: a full disk leaves the previous file or none, never a truncated PNG."""
-    replace_atomically(path, lambda tmp: fig.savefig(tmp, format="png"))
+    """The PNG through a temporary file: a full disk leaves the previous file or none, never a truncated PNG.
+    The figure is closed either way: pyplot keeps every open figure, and a report of many results draws many."""
+    try:
+        replace_atomically(path, lambda tmp: fig.savefig(tmp, format="png"))
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
 
 
 def safe_name(name: str) -> str:
