@@ -98,7 +98,7 @@ def predict(history: Sequence[Trial], cfg: SearchConfig, lo: int) -> float | Non
     return lo + (cfg.target_mib - peak) / s
 
 
-def _compiled(history: Sequence[Trial]) -> dict[int, tuple[bool, float]]:
+def compiled_points(history: Sequence[Trial]) -> dict[int, tuple[bool, float]]:
     """(passed?, compiled peak) of each batch whose last attempt passed or failed for memory and
     carries a compiled peak (the 4th element of a trial)."""
     out: dict[int, tuple[bool, float]] = {}
@@ -120,7 +120,7 @@ def compiled_threshold(history: Sequence[Trial], cfg: SearchConfig) -> float | N
     compiled peak is under the budget, the budget is known to be too high: the middle between the
     largest passing and the smallest failing compiled peak (a bisection of the threshold).
     None when nothing bounds it or a pass sits at or above a failure (no threshold fits)."""
-    pts = _compiled(history).values()
+    pts = compiled_points(history).values()
     lower = max((cp for ok, cp in pts if ok), default=None)
     fail = min((cp for ok, cp in pts if not ok), default=None)
     target = cfg.compiled_target_mib
@@ -138,7 +138,7 @@ def predict_compiled(history: Sequence[Trial], cfg: SearchConfig, lo: int, hi: i
     hi, or (no failure above lo yet) the secant through the two largest passes at or below lo
     (one pass alone: the line through the origin, whose slope a fixed part only overestimates).
     None without compiled peaks at lo (and hi), or with a flat or falling secant."""
-    pts = _compiled(history)
+    pts = compiled_points(history)
     at_lo = pts.get(lo)
     thr = compiled_threshold(history, cfg)
     if at_lo is None or not at_lo[0] or thr is None:

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 from .outcome import Status
+from .guided import compiled_points
 from .search import STRATEGIES, Decision, SearchConfig, Trial
 
 Decide = Callable[[Sequence[Trial], SearchConfig], Decision]
@@ -83,6 +84,17 @@ def replay(decide: Decide, trials: Sequence[Trial], cfg: SearchConfig) -> Replay
         history.append(trials[i])
 
 
+def _line_through_nearest(pts: dict[int, float], batch: int) -> float | None:
+    """The value at `batch` on the line through the two recorded points nearest it, or None
+    without two of them."""
+    near = sorted(pts, key=lambda b: (abs(b - batch), b))[:2]
+    if len(near) < 2:
+        return None
+    (b0, b1) = sorted(near)
+    p0, p1 = pts[b0], pts[b1]
+    return p0 + (p1 - p0) * (batch - b0) / (b1 - b0)
+
+
 def guess_peak(history: Sequence[Trial], batch: int, cfg: SearchConfig) -> float | None:
     """A passing batch's device-delta peak as the line through the two nearest recorded passes
     (with peaks; the calibration anchor counts) predicts it, or None without two of them."""
@@ -92,26 +104,13 @@ def guess_peak(history: Sequence[Trial], batch: int, cfg: SearchConfig) -> float
     for t in history:
         if t[1] is Status.OK and len(t) > 2 and t[2] is not None:
             pts[t[0]] = float(t[2])
-    near = sorted(pts, key=lambda b: (abs(b - batch), b))[:2]
-    if len(near) < 2:
-        return None
-    (b0, b1) = sorted(near)
-    p0, p1 = pts[b0], pts[b1]
-    return p0 + (p1 - p0) * (batch - b0) / (b1 - b0)
+    return _line_through_nearest(pts, batch)
 
 
 def guess_compiled(history: Sequence[Trial], batch: int) -> float | None:
     """A candidate's compiled peak as the line through the two nearest recorded candidates that
     report one (passes and memory failures: XLA compiles both), or None without two of them."""
-    pts: dict[int, float] = {}
-    for t in history:
-        if len(t) > 3 and t[3] is not None and (t[1] is Status.OK or t[1].is_memory_failure):
-            pts[t[0]] = float(t[3])
-    near = sorted(pts, key=lambda b: (abs(b - batch), b))[:2]
-    if len(near) < 2:
-        return None
-    (b0, b1) = sorted(near)
-    return pts[b0] + (pts[b1] - pts[b0]) * (batch - b0) / (b1 - b0)
+    return _line_through_nearest({b: cp for b, (_, cp) in compiled_points(history).items()}, batch)
 
 
 def hypotheses(history: Sequence[Trial], batch: int, cfg: SearchConfig) -> tuple[Trial, Trial]:

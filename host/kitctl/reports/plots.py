@@ -108,10 +108,7 @@ def plot_bars(b: Bars, title: str, xlabel: str, path: Path, errors: bool) -> dic
     ax.set_title(title, fontsize=10)
     ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
-    try:
-        save(fig, path)
-    finally:
-        plt.close(fig)
+    save(fig, path)  # closes the figure
     data: dict[str, Any] = {"labels": list(b.labels), "values": [float(p.get_width()) for p in bars],
                             "notes": list(b.notes)}
     if errors:

@@ -161,10 +161,7 @@ def plot_vram(src: Source, s: VramSeries, out_dir: Path) -> PlotFile:
     ax.legend(loc="upper left", fontsize=8, framealpha=0.9)
     fig.tight_layout()
     path = out_dir / safe_name(f"{src.stem}-vram-{s.engine}-{s.precision}.png")
-    try:
-        save(fig, path)
-    finally:
-        plt.close(fig)
+    save(fig, path)  # closes the figure
     return PlotFile(path, f"{engine_label(s.engine)} {s.precision}: peak {mem} against batch", "vram", src.name,
                     {"points": drawn, "budget_y": budget_y, "missing_peak": missing,
                      "trials": len(s.batches)})
