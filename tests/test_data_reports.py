@@ -23,6 +23,7 @@ SIZE = RESULTS / "datasize-rrc224-corpus-20261201T192422Z.json"  # ffcv, 2,000 i
 LOAD_JPEG = RESULTS / "dataload-rrc224-corpus-20261201T192753Z.json"  # 2 runs/cell; ffcv ram FAILED (SIGABRT)
 LOAD_RAW = RESULTS / "dataload-rrc224-corpus-20261201T193303Z.json"  # 1 run/cell; ffcv cold FAILED
 E2E_R18 = RESULTS / "train-e2e-rrc224-corpus-20261202T003016Z.json"  # H200, resnet18, 1 run/cell
+SWEEP = RESULTS / "dataload-rrc224-corpus-20261202T023959Z.json"  # H200, jpeg90@256 ram, workers 1..16, 1 run
 H200_UUID = "GPU-5c8a2f10-8d2e-4b7a-9d1e-0a1b2c3d4e5f"
 
 
@@ -99,8 +100,10 @@ def test_overview_sets_loaders_side_by_side_and_leaves_out_what_has_no_cells():
     overview = text.split("## [1]")[0]
     assert "| Engine | Precision |" not in text
     assert "| Loader | Data · source · workers | [2] " in overview
-    assert "| webdataset | jpeg90@256 · ram · 16 workers | 6,184 | — | — |" in overview
-    assert "| ffcv | raw@256 · cold · 16 workers | — | FAILED | — |" in overview
+    # jpeg90 and raw share no cell: no ratio column of dashes
+    assert "Side by side, images/s (median):" in overview and "÷" not in overview
+    assert "| webdataset | jpeg90@256 · ram · 16 workers | 6,184 | — |" in overview
+    assert "| ffcv | raw@256 · cold · 16 workers | — | FAILED |" in overview
     assert "Side by side, ImageNet-equivalent GB" not in overview  # datasize has no such cells: no empty table
     two_sizes = render([size, size]).split("## [1]")[0]
     assert "Side by side" not in two_sizes
@@ -264,3 +267,29 @@ def test_plots_leave_no_figure_open(tmp_path):
     plt.close("all")
     files = make_plots([load_source(p) for p in (LOAD_JPEG, LOAD_RAW, E2E_R18)], tmp_path)
     assert len(files) >= 3 and plt.get_fignums() == []
+
+
+def test_side_by_side_keeps_a_ratio_column_only_where_the_results_share_a_cell():
+    """The sweep shares jpeg90@256 · ram · 16 workers with the first jpeg90 run, raw shares nothing with it."""
+    overview = render([load_source(LOAD_JPEG), load_source(LOAD_RAW), load_source(SWEEP)]).split("## [1]")[0]
+    assert "(ratios against [1])" in overview
+    assert "| [3] ÷ [1] |" in overview and "[2] ÷ [1]" not in overview
+    # 5,403 / 5,193 and 5,794 / 6,184: the artifacts' own medians; one worker is "1 worker"
+    assert "| pytorch-dataloader | jpeg90@256 · ram · 16 workers | 5,193 | — | 5,403 | 1.04× |" in overview
+    assert "| webdataset | jpeg90@256 · ram · 16 workers | 6,184 | — | 5,794 | 0.94× |" in overview
+    assert "| ffcv | jpeg90@256 · ram · 1 worker | — | — | 1,118 | — |" in overview
+
+
+def test_a_sweep_plots_images_per_second_against_workers_and_one_worker_count_plots_bars(tmp_path):
+    from kitctl.reports.plots import make_plots
+
+    files = make_plots([load_source(SWEEP), load_source(LOAD_JPEG)], tmp_path)
+    by_source = {f.source: f for f in files if f.kind == "dataload"}
+    sweep, jpeg = by_source[SWEEP.name], by_source[LOAD_JPEG.name]
+    assert sweep.path.name.endswith("-workers.png") and sweep.path.is_file()
+    assert [w for w, _ in sweep.data["series"]["webdataset jpeg90@256 ram"]] == [1, 2, 4, 8, 16]
+    assert jpeg.path.name.endswith("-loaders.png") and jpeg.path.is_file()
+    # one bar per finished cell (ffcv ram FAILED: none), median inside its interval
+    labels = [b[0] for b in jpeg.data["bars"]]
+    assert "ffcv jpeg90@256 ram" not in labels and "ffcv jpeg90@256 cold" in labels and len(labels) == 7
+    assert all(lo <= m <= hi for _, m, lo, hi in jpeg.data["bars"])

@@ -138,8 +138,11 @@ def _overview(sources: list[Source], plots: list[PlotFile], base: Path) -> list[
                 return "—"
             return ("≥ " if a[1] else "≤ " if b[1] else "") + f"{a[0] / b[0]:.2f}×"
 
-        later = [n for n, _ in group[1:]]
-        lines += [f"Side by side, {bench.report_unit} (ratios against [{first}]):", ""]
+        # A ratio column only where some cell was measured in both results (runs of different data or
+        # worker counts share no cell: a column of dashes says nothing).
+        later = [n for n, _ in group[1:] if any(ratio(n, e, p) != "—" for e, p in keys)]
+        against = f" (ratios against [{first}])" if later else ""
+        lines += [f"Side by side, {bench.report_unit}{against}:", ""]
         lines += table([*bench.cell_heads, *[f"[{n}] {s.machine_short}" for n, s in group],
                          *[f"[{n}] ÷ [{first}]" for n in later]],
                         [[engine_label(e), p, *[vals.get((n, e, p), "—") for n, _ in group],

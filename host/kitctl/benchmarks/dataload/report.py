@@ -46,7 +46,7 @@ BASELINE = "pytorch-dataloader"  # the loader every other is compared with: PyTo
 
 def _key(r: dict[str, Any]) -> str:
     """A cell's key beside its loader: same data, source and workers (what a ratio holds equal)."""
-    return f"{r['encoding']}@{r['side']} · {r['source']} · {r['workers']} workers"
+    return f"{r['encoding']}@{r['side']} · {r['source']} · {_workers(r['workers'])}"
 
 
 def cells(src: Source) -> list[tuple[str, str, str, tuple[float, bool] | None]]:
@@ -115,7 +115,7 @@ def measured(doc: dict[str, Any]) -> list[list[str]]:
 
 
 def _label(c: dict[str, Any]) -> str:
-    return f"{c['loader']} {c['encoding']}@{c['side']} {c['source']}, {c['workers']} workers"
+    return f"{c['loader']} {c['encoding']}@{c['side']} {c['source']}, {_workers(c['workers'])}"
 
 
 def caveats(src: Source) -> list[str]:
@@ -127,3 +127,7 @@ def interrupted(src: Source) -> str:
     c = src.doc["configuration"]
     planned = len(c["loaders"]) * len(c["encodings"]) * len(c["sides"]) * len(c["sources"]) * len(c["workers"])
     return partial_caveat(src, _label, planned, "loader × data × source × workers cells", c.get("runs"))
+
+
+def _workers(n: int) -> str:
+    return f"{n} worker" + ("" if n == 1 else "s")
