@@ -8,9 +8,13 @@
 # all = make + size + load (call 17 at LOAD_LIMIT=5000: make 60 s, size 3.5 min, jpeg90:256 4.4 min; raw:256 did not fit); sweep (images/s vs workers 1..16, the plot) is a second call
 # on the still-warm machine (it reuses data/). e2e (issue 18 item 4): kitctl run train-e2e, E2E_MODEL (resnet50,
 # or resnet18: one model per call) in bf16 fed by each loader vs synthetic, one run per cell, jpeg90@256 over
-# E2E_LIMIT images (40,000: every timed window inside one epoch at 16 workers); an ESTIMATE, not measured: ~1.5 min
-# to write the three datasets once, then ~3 min per model (5 runs of ~35 s); on a fresh machine data make adds
-# ~1 min for 50,000 images (measured: 60 s on 16 processes, call 17). So: call 1 `e2e` (resnet50), call 2 `E2E_MODEL=resnet18 ... e2e` on the warm machine. Knobs: DATA_IMAGES, SIZE_LIMIT, SIZE_FORMATS, LOAD_LIMIT, LOAD_DATA (e.g. "raw:256 jpeg90:512"), RUNS,
+# E2E_LIMIT images (40,000: every timed window inside one epoch at 16 workers). Measured on the H200 (wall, this
+# script's own log): data make 60-69 s for 50,000 images; e2e ResNet-50, all loaders, 1 run: 294 s with the
+# writes (call 25); ResNet-18 on the warm machine 119 s (call 26); pytorch-nvjpeg alone + synthetic 168 s with
+# data make (call 27); load at LOAD_LIMIT=10000: jpeg90@512 3 runs 492 s (~20 s per loader run: ffcv ~25 s, its
+# pipeline compiles in every fresh process; the CPU loaders ~13-17 s), raw@256 2 runs 330 s (calls 29-30);
+# sweep at SWEEP_LIMIT=5000: 335 s (call 28). So 5 runs of one data at 10,000 images is ~14 min: two per session.
+# Knobs: DATA_IMAGES, SIZE_LIMIT, SIZE_FORMATS, LOAD_LIMIT, LOAD_DATA (e.g. "raw:256 jpeg90:512"), RUNS,
 # E2E_MODEL, E2E_LOADERS (default: all four real loaders), E2E_STEPS, E2E_RUNS, E2E_LIMIT.
 # Each part stops itself (SIGINT: the partial artifact is kept) when the call's time is up; artifacts are
 # copied to $OUT. A later call on the same warm machine reuses data/ (the corpus and the datasets).
@@ -26,7 +30,7 @@ SIZE_FORMATS=${SIZE_FORMATS:-ffcv} # the payload is the same in every format (te
 # epoch's first-batch wait and the report names cells where it is >= 20%): ~5 min per data, two per call.
 LOAD_LIMIT=${LOAD_LIMIT:-20000}
 RUNS=${RUNS:-2}                 # dataload: fresh processes per cell
-SWEEP_LIMIT=${SWEEP_LIMIT:-3000}
+SWEEP_LIMIT=${SWEEP_LIMIT:-5000}  # call 28 (the committed sweep)
 CORES=$(nproc)
 START_MARK=$(mktemp); touch "$START_MARK"  # partials newer than this are this call's
 
