@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -293,3 +296,42 @@ def test_a_sweep_plots_images_per_second_against_workers_and_one_worker_count_pl
     labels = [b[0] for b in jpeg.data["bars"]]
     assert "ffcv jpeg90@256 ram" not in labels and "ffcv jpeg90@256 cold" in labels and len(labels) == 7
     assert all(lo <= m <= hi for _, m, lo, hi in jpeg.data["bars"])
+
+
+# ---- kitctl compare of two dataload runs -----------------------------------------------------------------------
+
+def _compare(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, COLUMNS="200", PYTHONPATH=str(ROOT / "host"))
+    return subprocess.run([sys.executable, "-c", "from kitctl.cli import main; main()", "compare", *map(str, args)],
+                          capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_compare_of_two_dataload_runs_flags_a_loader_cell_that_dropped(tmp_path):
+    """The first H200 jpeg90 run (2 runs a cell, 5,000-image epochs) against the sweep (1 run a point, the same
+    epochs, cores, batch): three 16-worker cells shared, judged by the threshold alone (one run, no interval)."""
+    p = _compare(LOAD_JPEG, SWEEP, "--out", tmp_path / "c.md")
+    assert p.returncode == 1, p.stdout + p.stderr  # webdataset 6,184 → 5,794: −6.3%, beyond the 5% threshold
+    assert "1 regression beyond 5%: webdataset jpeg90@256 · ram · 16 workers 6,184 [6,013–6,355] → 5,794 (1 run)" \
+        in p.stdout
+    md = (tmp_path / "c.md").read_text()
+    assert "| Loader | Data · source · workers | OLD images/s" in md
+    assert "| pytorch-dataloader | jpeg90@256 · ram · 16 workers | 5,193 [4,865–5,522] | 5,403 (1 run) | +4.0% | " \
+           "within noise |" in md
+    # the FAILED cell has no figure to compare
+    assert "| ffcv | jpeg90@256 · ram · 16 workers | no result | 5,141 (1 run) | — | not comparable | " \
+           "no median in OLD |" in md
+    assert "| webdataset | jpeg90@256 · ram · 1 worker | not run | 451 (1 run) | — | only in NEW |" in md
+    assert _compare(LOAD_JPEG, SWEEP, "--threshold", "7").returncode == 0
+
+
+def test_compare_of_dataload_runs_with_other_epochs_or_cores_is_not_comparable(tmp_path):
+    p = _compare(LOAD_JPEG, RESULTS / "dataload-rrc224-corpus-20261202T030118Z.partial.json")
+    assert p.returncode == 3, p.stdout + p.stderr  # 5,000- vs 10,000-image epochs: start-up weighs differently
+    assert "Not comparable (exit 3): images per epoch (5,000 vs 10,000)." in p.stdout
+    doc = doc_of(SWEEP)
+    doc["host"]["cpu_count"] = 2
+    p = _compare(LOAD_JPEG, written(tmp_path, doc, "two-cores.json"))
+    assert p.returncode == 3 and "cores (16 vs 2)" in p.stdout, p.stdout + p.stderr
+    p = _compare(LOAD_JPEG, written(tmp_path, doc, "two-cores.json"), "--force")
+    assert p.returncode == 1 and "Compared with --force although the results measure different things: cores" \
+        in p.stdout, p.stdout + p.stderr

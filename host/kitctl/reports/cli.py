@@ -93,9 +93,10 @@ def compare(
     out: Optional[Path] = typer.Option(None, "--out", help="Also write the comparison as Markdown."),
     force: bool = typer.Option(False, "--force", help="Compare results that measure different things (another "
                                "device, GPU model, VRAM limit, input geometry, model; for throughput dataset or "
-                               "batch) instead of exiting 3."),
+                               "batch; for dataload cores, images per epoch, batch or timed epochs) instead of "
+                               "exiting 3."),
 ) -> None:
-    """Per engine × precision change between two results.
+    """Per engine × precision (dataload: per loader × data · source · workers) change between two results.
 
     Exit 0: no regression; 1: a regression beyond --threshold; 2: bad files or flags; 3: not
     comparable (the results measure different things; --force compares them anyway)."""
@@ -123,7 +124,7 @@ def compare(
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
     unit = benchmarks.get(cmp.benchmark).compare.unit_short  # type: ignore[union-attr]
     t = Table(title=f"{o.name} → {n.name} ({unit}, threshold {threshold:g}%)")
-    for col in ("Engine", "Precision", "OLD", "NEW", "Change", "Flag", "Note"):
+    for col in (*benchmarks.get(cmp.benchmark).cell_heads, "OLD", "NEW", "Change", "Flag", "Note"):  # type: ignore[union-attr]
         t.add_column(col, justify="right" if col in ("OLD", "NEW", "Change") else "left")
     styles = {"regression": "bold red", "improvement": "green"}
     for c in cmp.changes:

@@ -3,7 +3,8 @@
 Each benchmark's rule is its own (`Benchmark.compare`, a `Comparer`, in
 `kitctl/benchmarks/<name>/compare.py`): max batch flags any change of the resolved boundary that
 reaches the threshold (a censored value is only a lower bound); throughput asks the confidence
-intervals of the medians not to overlap as well (one run: the threshold alone, and says so).
+intervals of the medians not to overlap as well (one run: the threshold alone, and says so), and
+dataload applies that rule per loader × data · source · workers.
 Results that do not measure the same thing (another device, GPU model, VRAM limit or budget,
 input geometry or model; for throughput also another dataset or batch) are not comparable: every
 row says so and no change is a regression, unless `--force` compares them anyway (the
@@ -23,7 +24,7 @@ from .. import benchmarks
 from . import reference
 from ..core.artifact import ArtifactError
 from .sources import KITCTL, Source
-from ..core.tables import engine_label
+from ..core.tables import engine_label, intervals_overlap
 
 
 # A row's change: (OLD row or None, NEW row or None, threshold %) -> (pct, flag, regression, note).
@@ -87,6 +88,46 @@ class Comparison:
 
 def pct_change(old: float, new: float) -> float:
     return (new - old) / old * 100.0
+
+
+def median_text(t: Any) -> str:
+    """A median-with-interval row (.median, .ci_low, .ci_high, .runs) as a cell."""
+    if t is None:
+        return "not run"
+    if t.median is None:
+        return "no result"
+    if t.ci_low is not None and t.ci_high is not None:
+        return f"{t.median:,.0f} [{t.ci_low:,.0f}–{t.ci_high:,.0f}]"
+    return f"{t.median:,.0f} ({t.runs} run{'s' if t.runs != 1 else ''})"
+
+
+def median_change(o: Any, n: Any, thr: float) -> tuple[float | None, str, bool, str]:
+    """Throughput's and dataload's rule: beyond noise when the intervals of the medians do not overlap; a
+    regression needs that and a drop of at least the threshold; one run (no interval): the threshold alone."""
+    if o is None:
+        return None, "only in NEW", False, ""
+    if n is None:
+        return None, "only in OLD", False, "not measured in NEW"
+    if o.median is None or n.median is None:
+        return None, "not comparable", False, "no median in " + ("OLD" if o.median is None else "NEW")
+    if o.median <= 0:  # a change relative to nothing is no percentage (and no regression)
+        return None, "not comparable", False, f"OLD median is {o.median:g} images/s"
+    pct = pct_change(o.median, n.median)
+    overlap = intervals_overlap((o.ci_low, o.ci_high), (n.ci_low, n.ci_high))
+    if overlap is None:
+        note = "no confidence interval (one run?): threshold only"
+        if pct <= -thr:
+            return pct, "regression", True, note
+        if pct >= thr:
+            return pct, "improvement", False, note
+        return pct, "within noise", False, note + f"; below the {thr:g}% threshold"
+    if overlap:
+        return pct, "within noise", False, "confidence intervals overlap"
+    if pct <= -thr:
+        return pct, "regression", True, "intervals do not overlap"
+    if pct >= thr:
+        return pct, "improvement", False, "intervals do not overlap"
+    return pct, "beyond noise", False, f"intervals do not overlap; below the {thr:g}% threshold"
 
 
 def device_of(s: Source) -> str:
@@ -217,7 +258,8 @@ def render_markdown(cmp: Comparison, old: Source, new: Source) -> str:
     if cmp.context:
         lines += [f"The two results also differ in: {'; '.join(cmp.context)}.", ""]
     lines += [*(f"{x}." for x in cmp.stated), *([""] if cmp.stated else [])]
-    lines += [f"| Engine | Precision | OLD {unit} | NEW {unit} | Change | Flag | Note |",
+    first, second = benchmarks.get(cmp.benchmark).cell_heads  # type: ignore[union-attr]
+    lines += [f"| {first} | {second} | OLD {unit} | NEW {unit} | Change | Flag | Note |",
               "| --- | --- | ---: | ---: | ---: | --- | --- |"]
     for c in cmp.changes:
         lines.append(f"| {engine_label(c.engine)} | {c.precision} | {c.old} | {c.new} | {pct_text(c.pct)} | "

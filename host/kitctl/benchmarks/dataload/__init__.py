@@ -1,6 +1,6 @@
 """Data loading: images/s of each loader's pipeline (decode → RandomResizedCrop 224 → flip), from RAM or cold."""
 from .. import Benchmark, register
-from . import plots, report
+from . import compare, plots, report
 from .command import dataload
 from .config import DataloadConfig
 
@@ -19,4 +19,4 @@ register(Benchmark(name="dataload", title="Data loading", config=DataloadConfig,
                    add_commands=_add_data_commands, gpu_users=report.gpu_users, cells=report.cells,
                    cell_heads=("Loader", "Data · source · workers"), no_ratios=report.NO_RATIOS,
                    caveats_results=report.caveats, partial_caveat=report.interrupted,
-                   headline=report.headline))
+                   headline=report.headline, compare=compare.COMPARER))

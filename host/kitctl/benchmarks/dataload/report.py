@@ -44,7 +44,7 @@ def caveats_protocol(src: Source) -> list[str]:
 BASELINE = "pytorch-dataloader"  # the loader every other is compared with: PyTorch's own path, in every image
 
 
-def _key(r: dict[str, Any]) -> str:
+def cell_key(r: dict[str, Any]) -> str:
     """A cell's key beside its loader: same data, source and workers (what a ratio holds equal)."""
     return f"{r['encoding']}@{r['side']} · {r['source']} · {_workers(r['workers'])}"
 
@@ -54,7 +54,7 @@ def cells(src: Source) -> list[tuple[str, str, str, tuple[float, bool] | None]]:
     out = []
     for r in rows(src.doc):
         ok = r["status"] == "ok" and r["median"] is not None
-        out.append((r["loader"], _key(r), f"{r['median']:,.0f}" if ok else "FAILED" if r["status"] == "failed"
+        out.append((r["loader"], cell_key(r), f"{r['median']:,.0f}" if ok else "FAILED" if r["status"] == "failed"
                     else r["status"], (r["median"], False) if ok else None))
     return out
 
@@ -70,9 +70,9 @@ def ratios(sources: list[Any]) -> list[Any]:
         if base["loader"] != BASELINE:
             continue
         for j, r in found:
-            if r["loader"] == BASELINE or _key(r) != _key(base) or (len(sources) > 1 and i == j):
+            if r["loader"] == BASELINE or cell_key(r) != cell_key(base) or (len(sources) > 1 and i == j):
                 continue
-            out.append(Ratio(_key(r), r["loader"], BASELINE, r["median"] / base["median"], "as fast"))
+            out.append(Ratio(cell_key(r), r["loader"], BASELINE, r["median"] / base["median"], "as fast"))
     return out
 
 
@@ -80,8 +80,8 @@ def headline(src: Source) -> str:
     """`kitctl results list`: the fastest loader per data · source · workers (its median images/s)."""
     best: dict[str, dict[str, Any]] = {}
     for r in rows(src.doc):
-        if r["status"] == "ok" and r["median"] and (_key(r) not in best or r["median"] > best[_key(r)]["median"]):
-            best[_key(r)] = r
+        if r["status"] == "ok" and r["median"] and (cell_key(r) not in best or r["median"] > best[cell_key(r)]["median"]):
+            best[cell_key(r)] = r
     return "; ".join(f"{k}: {r['loader']} {r['median']:,.0f} img/s" for k, r in best.items())
 
 
