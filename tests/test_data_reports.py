@@ -335,3 +335,21 @@ def test_compare_of_dataload_runs_with_other_epochs_or_cores_is_not_comparable(t
     p = _compare(LOAD_JPEG, written(tmp_path, doc, "two-cores.json"), "--force")
     assert p.returncode == 1 and "Compared with --force although the results measure different things: cores" \
         in p.stdout, p.stdout + p.stderr
+
+
+def test_compare_of_two_train_e2e_runs_is_per_loader_and_model(tmp_path):
+    """Call 25's ResNet-50 run against call 27's (synthetic and pytorch-nvjpeg only, the same setup)."""
+    e2e_r50 = RESULTS / "train-e2e-rrc224-corpus-20261202T002641Z.json"
+    nvjpeg = RESULTS / "train-e2e-rrc224-corpus-20261202T023822Z.json"
+    p = _compare(e2e_r50, nvjpeg, "--out", tmp_path / "c.md")
+    assert p.returncode == 0, p.stdout + p.stderr
+    md = (tmp_path / "c.md").read_text()
+    assert "| Loader | Model | OLD training images/s" in md
+    # 4,609.7 → 4,633.0 training images/s: +0.5%, one run each
+    assert "| synthetic | resnet50 | 4,610 (1 run) | 4,633 (1 run) | +0.5% | within noise |" in md
+    assert "| pytorch-nvjpeg | resnet50 | no result | 1,616 (1 run) | — | not comparable | no median in OLD |" in md
+    assert "| ffcv | resnet50 | 4,520 (1 run) | not run | — | only in OLD |" in md
+    doc = doc_of(nvjpeg)
+    doc["configuration"]["batch"] = 128
+    p = _compare(e2e_r50, written(tmp_path, doc, "b128.json"))
+    assert p.returncode == 3 and "Not comparable (exit 3): batch (256 vs 128)." in p.stdout, p.stdout + p.stderr

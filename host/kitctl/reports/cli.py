@@ -93,10 +93,11 @@ def compare(
     out: Optional[Path] = typer.Option(None, "--out", help="Also write the comparison as Markdown."),
     force: bool = typer.Option(False, "--force", help="Compare results that measure different things (another "
                                "device, GPU model, VRAM limit, input geometry, model; for throughput dataset or "
-                               "batch; for dataload cores, images per epoch, batch or timed epochs) instead of "
+                               "batch; for dataload and train-e2e cores, data and batch; see README) instead of "
                                "exiting 3."),
 ) -> None:
-    """Per engine × precision (dataload: per loader × data · source · workers) change between two results.
+    """Per engine × precision (dataload: loader × data · source · workers; train-e2e: loader × model) change
+    between two results.
 
     Exit 0: no regression; 1: a regression beyond --threshold; 2: bad files or flags; 3: not
     comparable (the results measure different things; --force compares them anyway)."""

@@ -130,6 +130,34 @@ def median_change(o: Any, n: Any, thr: float) -> tuple[float | None, str, bool, 
     return pct, "beyond noise", False, f"intervals do not overlap; below the {thr:g}% threshold"
 
 
+def setup_diffs(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """"key (OLD vs NEW)" for each setting both results recorded and that differs (numbers with separators)."""
+    def txt(x: Any) -> str:
+        return f"{x:,}" if isinstance(x, int) and not isinstance(x, bool) else str(x)
+
+    return [f"{k} ({txt(old[k])} vs {txt(new[k])})" for k in old
+            if old[k] is not None and new.get(k) is not None and old[k] != new[k]]
+
+
+def run_versions(doc: dict[str, Any]) -> dict[str, str]:
+    """A data benchmark's package versions, as its runs recorded them (results[].runs[].versions)."""
+    out: dict[str, str] = {}
+    for c in doc["results"]:
+        for r in c["runs"]:
+            for k, v in (r.get("versions") or {}).items():
+                if v:
+                    out.setdefault(k, v)
+    return out
+
+
+def data_context(old: Source, new: Source) -> list[str]:
+    """A data benchmark's runtime or package versions differ: still the same measurement, worth knowing."""
+    ort, nrt = old.doc["configuration"].get("runtime", "local"), new.doc["configuration"].get("runtime", "local")
+    ov, nv = run_versions(old.doc), run_versions(new.doc)
+    return ([f"runtime ({ort} vs {nrt})"] if ort != nrt else []) + \
+        [f"{k} ({ov[k]} vs {nv[k]})" for k in ov if k in nv and ov[k] != nv[k]]
+
+
 def device_of(s: Source) -> str:
     if s.kind != KITCTL:
         return "cuda"  # the reference runner measures GPUs only

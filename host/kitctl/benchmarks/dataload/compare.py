@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...reports.compare import Comparer, median_change, median_text
+from ...reports.compare import Comparer, data_context, median_change, median_text, setup_diffs
 from ...reports.sources import Source
 from .report import cell_key
 from .table import rows
@@ -46,34 +46,8 @@ def _setup(doc: dict[str, Any]) -> dict[str, Any]:
 def _data_diffs(old: Source, new: Source) -> list[str]:
     """What makes images/s of the same cell measure something else: the machine's cores, the epoch's length
     (start-up is inside a short one), the batch, the timed epochs."""
-    o, n = _setup(old.doc), _setup(new.doc)
-    return [f"{k} ({_n(o[k])} vs {_n(n[k])})" for k in o if o[k] is not None and n[k] is not None and o[k] != n[k]]
-
-
-def _n(x: Any) -> str:
-    return f"{x:,}" if isinstance(x, int) else str(x)
-
-
-def _versions(doc: dict[str, Any]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for c in doc["results"]:
-        for r in c["runs"]:
-            for k, v in (r.get("versions") or {}).items():
-                if v:
-                    out.setdefault(k, v)
-    return out
-
-
-def _context(old: Source, new: Source) -> list[str]:
-    """Another runtime or other package versions: still the same measurement, the reader should know."""
-    out = []
-    ort, nrt = old.doc["configuration"].get("runtime", "local"), new.doc["configuration"].get("runtime", "local")
-    if ort != nrt:
-        out.append(f"runtime ({ort} vs {nrt})")
-    ov, nv = _versions(old.doc), _versions(new.doc)
-    out += [f"{k} ({ov[k]} vs {nv[k]})" for k in ov if k in nv and ov[k] != nv[k]]
-    return out
+    return setup_diffs(_setup(old.doc), _setup(new.doc))
 
 
 COMPARER = Comparer(rows=load_rows, change=median_change, text=median_text, unit="images/s (median [interval])",
-                    unit_short="images/s", data_diffs=_data_diffs, context=_context)
+                    unit_short="images/s", data_diffs=_data_diffs, context=data_context)
