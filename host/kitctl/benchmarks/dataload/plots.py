@@ -39,9 +39,10 @@ def plots(sources: list[Any], out_dir: Path) -> list[Any]:
             bs = bars(src.doc)
             fig, ax = plt.subplots(figsize=(8, 0.9 + 0.38 * len(bs)))
             y = list(range(len(bs)))[::-1]
-            lo = [m - (lo if lo is not None else m) for _, m, lo, _ in bs]
-            hi = [(hi if hi is not None else m) - m for _, m, _, hi in bs]
-            ax.barh(y, [m for _, m, _, _ in bs], xerr=[lo, hi], capsize=3, color="tab:blue", alpha=0.8)
+            # whiskers from the median to each end of its interval (none without one)
+            below = [m - (low if low is not None else m) for _, m, low, _ in bs]
+            above = [(high if high is not None else m) - m for _, m, _, high in bs]
+            ax.barh(y, [m for _, m, _, _ in bs], xerr=[below, above], capsize=3, color="tab:blue", alpha=0.8)
             ax.set_yticks(y, [b[0] for b in bs], fontsize=8)
             ax.set_xlabel("images/s (median of runs; whiskers: the interval)")
             ax.grid(True, axis="x", alpha=0.3)

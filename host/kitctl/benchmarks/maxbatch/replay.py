@@ -15,6 +15,7 @@ import bisect
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ...core.guided import compiled_points
 from ...core.outcome import Status
 from ...core.search import Decision, SearchConfig, run_search
 from .run import cell_search, compiled_peak
@@ -57,7 +58,8 @@ def oracle_of(cell: dict[str, Any]):
     for t in cell["trials"]:
         last[t["batch"]] = (Status(t["status"]), _peak(t), compiled_peak(t))
     passes = sorted((b, p) for b, (s, p, _) in last.items() if s is Status.OK and p is not None)
-    compiled = {b: c for b, (s, _, c) in last.items() if c is not None and (s is Status.OK or s.is_memory_failure)}
+    # guided's own rule for which candidates carry a compiled peak (a pass or a memory failure)
+    compiled = {b: cp for b, (_, cp) in compiled_points([(b, s, p, c) for b, (s, p, c) in last.items()]).items()}
     cal = cell.get("calibration")
     if cal and cal.get("status") == "ok" and compiled_peak(cal) is not None:
         compiled.setdefault(int(cal["batch"]), compiled_peak(cal))
