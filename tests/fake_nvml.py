@@ -23,6 +23,10 @@ It mirrors the pynvml calls the kit makes, with pynvml's shapes:
 * `nvmlDeviceGetComputeRunningProcesses` / `nvmlDeviceGetGraphicsRunningProcesses`: objects
   with `pid` and `usedGpuMemory` (bytes, or None when NVML cannot tell), and
   `nvmlSystemGetProcessName(pid)`.
+* Throughput's telemetry: `nvmlDeviceGetTotalEnergyConsumption` (mJ), `nvmlDeviceGetPowerUsage`
+  (mW), `nvmlDeviceGetTemperature(handle, NVML_TEMPERATURE_GPU)` (°C). Each device's `energy_mj`
+  is a callable `f(time.time()) -> mJ` (None: the call raises Not Supported, as before Volta), so
+  a test can give the counter a known power and check the joules the kit derives from it.
 
 Scripting used memory: each device has a `used_mib` script, either a sequence of MiB values
 (each memory-info call consumes the next one; after the end the last value repeats) or a
@@ -33,6 +37,7 @@ pynvml < 11.5 did.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Callable, Sequence
@@ -67,6 +72,9 @@ class FakeDevice:
     power_limit_mw: int | None = 700000
     persistence_mode: int | None = 1
     compute_mode: int | None = 0
+    energy_mj: Callable[[float], float] | None = None
+    power_mw: int | None = 350000
+    temperature_c: int | None = 45
     # bookkeeping
     memory_calls: int = 0
 
@@ -78,6 +86,7 @@ class FakeNvmlLib:
     NVML_CLOCK_GRAPHICS = 0
     NVML_CLOCK_SM = 1
     NVML_CLOCK_MEM = 2
+    NVML_TEMPERATURE_GPU = 0
 
     def __init__(self, devices: Sequence[FakeDevice] | None = None, *, driver: str = "550.54.15",
                  cuda_driver_version: int | None = 12040, v2: bool = True, v2_raises: bool = False,
@@ -180,6 +189,25 @@ class FakeNvmlLib:
         if d.compute_mode is None:
             raise NVMLError("Not Supported")
         return d.compute_mode
+
+    # -- energy, power, temperature -------------------------------------------------------
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: Any) -> int:
+        d = self._dev(h)
+        if d.energy_mj is None:
+            raise NVMLError("Not Supported")
+        return int(d.energy_mj(time.time()))
+
+    def nvmlDeviceGetPowerUsage(self, h: Any) -> int:
+        d = self._dev(h)
+        if d.power_mw is None:
+            raise NVMLError("Not Supported")
+        return d.power_mw
+
+    def nvmlDeviceGetTemperature(self, h: Any, sensor: int) -> int:
+        d = self._dev(h)
+        if d.temperature_c is None or sensor != self.NVML_TEMPERATURE_GPU:
+            raise NVMLError("Not Supported")
+        return d.temperature_c
 
     # -- memory -------------------------------------------------------------------------
     def nvmlDeviceGetMemoryInfo(self, h: Any, version: int | None = None) -> SimpleNamespace:

@@ -482,16 +482,17 @@ def base_request(benchmark: str, run: RunConfig, **kw: Any) -> TrialRequest:
     """The request every candidate of the run starts from (engine, mode, batch and precision vary)."""
     return TrialRequest(engine="", mode="", benchmark=benchmark, precision="fp32", device=run.device,
                         model=run.model, dataset=run.dataset, data_dir=run.data_dir,
-                        cudnn_benchmark=run.cudnn_benchmark, seed=run.seed, **kw)
+                        cudnn_benchmark=run.cudnn_benchmark, seed=run.seed, image_size=run.image_size, **kw)
 
 
-def watcher_factory(gpuctx: GpuContext | None):
+def watcher_factory(gpuctx: GpuContext | None, telemetry: bool = False):
+    """`telemetry`: the watcher also reads the energy counter, SM clock and temperature (throughput)."""
     if gpuctx is None:
         return None
     from .core.sampler import NvmlSampler
 
     def factory(budget_mib: float | None, _g=gpuctx):
-        return NvmlSampler(_g.nvml, _g.handle, budget_mib)
+        return NvmlSampler(_g.nvml, _g.handle, budget_mib, telemetry=telemetry)
     return factory
 
 

@@ -23,6 +23,9 @@ MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a candidate that may run longer than a week i
 MIN_MEMORY_LIMIT_MIB = 6  # Docker's minimum container memory; no trial starts in less anyway
 MAX_COUNT = 2**31 - 1  # batches, runs, steps, MiB: what a trial's 32-bit argument parsing takes
 MODEL = "resnet50"
+# The input side: CIFAR-10's 32 (the reference reports' geometry) by default, 224 for ImageNet's.
+DEFAULT_IMAGE_SIZE = 32
+MIN_IMAGE_SIZE, MAX_IMAGE_SIZE = 32, 512  # ResNet-50 downsamples 32x: 32 px leaves a 1x1 map
 
 
 class Precision(str, enum.Enum):
@@ -66,6 +69,8 @@ O_TIMEOUT = typer.Option(None, help=f"Seconds per candidate before the kit kills
 O_RUNTIME = typer.Option(RuntimeName.auto, help="auto: docker when the daemon answers and the image exists, else local.")
 O_DATASET = typer.Option(Dataset.synthetic, help="synthetic or cifar10.")
 O_DATA_DIR = typer.Option(None, help="CIFAR-10 folder (binary or python layout) or its parent.")
+O_IMAGE_SIZE = typer.Option(DEFAULT_IMAGE_SIZE, help="Input side in pixels: 32 (CIFAR-10 geometry, the default) "
+                            f"or e.g. 224 (ImageNet geometry, synthetic data); {MIN_IMAGE_SIZE} to {MAX_IMAGE_SIZE}.")
 O_CUDNN = typer.Option(False, "--cudnn-benchmark", help="Turn cuDNN autotuning on (changes memory use).")
 O_REQUIRE_IDLE = typer.Option(False, "--require-gpu-idle", help="Refuse to start when the GPU holds memory.")
 O_IDLE_THRESHOLD = typer.Option(1024.0, help="MiB in use above which the GPU is not idle.")
@@ -108,11 +113,13 @@ class RunConfig:
     memory_limit_mib: int | None
     seed: int = 0
     gpu_request: str | None = None  # recorded at the end of "configuration" once the run starts
+    image_size: int = DEFAULT_IMAGE_SIZE
 
     @classmethod
     def from_flags(cls, names: list[str], precision: str, device: str, gpu: str | None, vram_limit: int | None,
                    reserve: int, timeout: float | None, runtime: str, dataset: str, data_dir: str | None,
-                   cudnn_benchmark: bool, memory_limit: int | None, gpu_request: str | None = None) -> RunConfig:
+                   cudnn_benchmark: bool, memory_limit: int | None, gpu_request: str | None = None,
+                   image_size: int = DEFAULT_IMAGE_SIZE) -> RunConfig:
         """The checks both benchmarks share (the model, data, device and budget); Fail on bad input."""
         if timeout is not None:
             check_timeout(timeout)
@@ -131,9 +138,14 @@ class RunConfig:
         check_counts(("--reserve", reserve), ("--vram-limit", vram_limit or 0))
         if dataset == "synthetic" and data_dir:
             raise Fail("--data-dir is only read with --dataset cifar10")
+        if isinstance(image_size, bool) or not isinstance(image_size, int) \
+                or not MIN_IMAGE_SIZE <= image_size <= MAX_IMAGE_SIZE:
+            raise Fail(f"--image-size must be {MIN_IMAGE_SIZE} to {MAX_IMAGE_SIZE} pixels (got {image_size!r})")
+        if dataset == "cifar10" and image_size != DEFAULT_IMAGE_SIZE:
+            raise Fail(f"--image-size {image_size}: CIFAR-10 is 32×32; other sizes use --dataset synthetic")
         return cls(tuple(names), ("fp32", "bf16") if precision == "both" else (precision,), device, gpu, vram_limit,
                    reserve, DEFAULT_TIMEOUT_S if timeout is None else timeout, runtime, MODEL, dataset, data_dir,
-                   cudnn_benchmark, memory_limit, gpu_request=gpu_request)
+                   cudnn_benchmark, memory_limit, gpu_request=gpu_request, image_size=image_size)
 
     @property
     def min_batch(self) -> int:
@@ -146,7 +158,14 @@ class RunConfig:
                 "timeout_s": self.timeout_s, "runtime": self.runtime, "model": self.model, "dataset": self.dataset,
                 "data_dir": self.data_dir, "cudnn_benchmark": self.cudnn_benchmark,
                 "memory_limit_mib": self.memory_limit_mib, "seed": self.seed, "optimizer": "Adam lr 0.001",
-                "loss": "cross-entropy", "input": "32x32x3 (CIFAR-10 geometry), 10 classes"}
+                "loss": "cross-entropy", **self._input_json()}
+
+    def _input_json(self) -> dict[str, Any]:
+        if self.image_size == DEFAULT_IMAGE_SIZE:  # as every run wrote it before --image-size existed
+            return {"input": "32x32x3 (CIFAR-10 geometry), 10 classes"}
+        n = self.image_size
+        return {"input": f"{n}x{n}x3 ({'ImageNet' if n == 224 else 'other'} geometry), 10 classes",
+                "image_size": n}
 
     def json_tail(self) -> dict[str, Any]:
         """The keys after the benchmark's own: the GPU request kind, once the run has chosen it."""
@@ -174,7 +193,8 @@ class RunConfig:
             raise Fail(f"precisions {recorded['precisions']!r}, model {recorded['model']!r}, "
                        f"engines {recorded['engines']!r}")
         request = recorded.get("gpu_request")
-        return {"engines": ",".join(recorded["engines"]), "precision": precision, "device": recorded["device"],
+        size = recorded.get("image_size", DEFAULT_IMAGE_SIZE)  # absent: a 32-pixel run
+        return {"image_size": size, "engines": ",".join(recorded["engines"]), "precision": precision, "device": recorded["device"],
                 "vram_limit": recorded["vram_limit_mib"], "reserve": recorded["reserve_mib"],
                 "timeout": recorded["timeout_s"], "runtime": recorded["runtime"], "dataset": recorded["dataset"],
                 "data_dir": recorded["data_dir"], "cudnn_benchmark": recorded["cudnn_benchmark"],

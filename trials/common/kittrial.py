@@ -27,10 +27,22 @@ PROTOCOL = 1
 RESULT_PREFIX = "KIT-RESULT "
 MAX_ERROR_CHARS = 2000
 
-# Step counts when the host gives none: max-batch is fixed by the protocol
-# (one warm-up step, one measured step); throughput defaults are tunable.
+# Step counts when the host gives neither steps nor a window rule (hosts before the rule): max-batch
+# is fixed by the protocol (one warm-up step, one measured step).
 THROUGHPUT_WARMUP_STEPS = 10
 THROUGHPUT_STEPS = 50
+
+# The throughput window rule (docs/method.md, "Throughput"): the host passes --window-images and
+# --window-seconds; the trial warms up in chunks until two successive chunk rates agree within
+# --steady-tolerance (at most --max-warmup-seconds), then times whole chunks until both minimums hold.
+DEFAULT_STEADY_TOLERANCE = 0.02
+DEFAULT_MAX_WARMUP_S = 120.0
+# A chunk grows (doubling from one step) until it lasts this long, up to MAX_CHUNK_STEPS: long enough
+# that the synchronisation ending each chunk is noise, short enough that a window holds many chunks.
+CHUNK_TARGET_S = 0.25
+MAX_CHUNK_STEPS = 50
+MIN_WINDOW_CHUNKS = 4  # the rule's window holds at least this many chunks: two per half to compare
+MIN_IMAGE_SIZE, MAX_IMAGE_SIZE = 32, 512  # ResNet-50 downsamples 32x: 32 px leaves a 1x1 map
 
 # What a trial keeps between its framework's memory cap and the budget the host gives it (the
 # host's budget is B minus the overhead calibrated at a small batch). The memory outside a
@@ -94,6 +106,28 @@ class _Parser(argparse.ArgumentParser):
         super().error(message)
 
 
+def _float_in(low: float, high: float, low_open: bool = False) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = None
+        if (value is None or not math.isfinite(value) or value > high
+                or (value <= low if low_open else value < low)):
+            bound = f"> {low:g}" if low_open else f">= {low:g}"
+            raise argparse.ArgumentTypeError(f"must be a number {bound} and <= {high:g}, got {text!r}")
+        return value
+    return parse
+
+
+def _image_size(text: str) -> int:
+    value = _positive_int(text)
+    if not MIN_IMAGE_SIZE <= value <= MAX_IMAGE_SIZE:
+        raise argparse.ArgumentTypeError(
+            f"must be between {MIN_IMAGE_SIZE} and {MAX_IMAGE_SIZE} pixels, got {text!r}")
+    return value
+
+
 def build_parser(modes: list[str]) -> argparse.ArgumentParser:
     p = _Parser(description="kitctl trial: runs one candidate, prints one KIT-RESULT line")
     p.add_argument("--benchmark", required=True, choices=["maxbatch", "throughput"])
@@ -109,14 +143,38 @@ def build_parser(modes: list[str]) -> argparse.ArgumentParser:
     p.add_argument("--warmup-steps", type=_non_negative_int, default=None)
     p.add_argument("--steps", type=_positive_int, default=None)
     p.add_argument("--cudnn-benchmark", action="store_true")
+    p.add_argument("--image-size", type=_image_size, default=IMAGE_SHAPE[0])
+    p.add_argument("--window-images", type=_positive_int, default=None)
+    p.add_argument("--window-seconds", type=_float_in(0.0, 86400.0, low_open=True), default=None)
+    p.add_argument("--steady-tolerance", type=_float_in(0.0, 1.0, low_open=True),
+                   default=DEFAULT_STEADY_TOLERANCE)
+    p.add_argument("--max-warmup-seconds", type=_float_in(0.0, 86400.0), default=None)
     return p
 
 
+def uses_window_rule(args) -> bool:
+    """Throughput whose window is set by the rule (--window-images/--window-seconds), not by --steps."""
+    return (args.benchmark == "throughput" and args.steps is None
+            and (args.window_images is not None or args.window_seconds is not None))
+
+
+def adaptive_warmup(args) -> bool:
+    """Throughput warms up until steady unless --warmup-steps fixes it: under the window rule, or
+    whenever the host sets the bound (--max-warmup-seconds). Hosts before the rule: 10 fixed steps."""
+    return (args.benchmark == "throughput" and args.warmup_steps is None
+            and (uses_window_rule(args) or args.max_warmup_seconds is not None))
+
+
 def step_counts(args) -> tuple[int, int]:
-    """(warm-up steps, measured steps) for this benchmark."""
+    """(warm-up steps, measured steps) for this benchmark: fixed counts; under the window rule the
+    warm-up's minimum (the engine may need more) and 0 measured steps (the rule decides)."""
     if args.benchmark == "maxbatch":
         return 1, 1
     warmup = THROUGHPUT_WARMUP_STEPS if args.warmup_steps is None else args.warmup_steps
+    if adaptive_warmup(args):
+        warmup = 1
+    if uses_window_rule(args):
+        return warmup, 0
     steps = THROUGHPUT_STEPS if args.steps is None else args.steps
     return warmup, steps
 
@@ -155,11 +213,15 @@ def base_result(args, engine: str) -> dict:
             "steps": steps,
             "memory_budget_mib": args.memory_budget_mib,
             "cudnn_benchmark": bool(args.cudnn_benchmark),
+            "image_size": args.image_size,
         },
     }
     if args.benchmark == "throughput":
         result.update(images=None, window_seconds=None, warmup_seconds=None,
-                      images_per_second=None)
+                      images_per_second=None, window=None, warmup=None)
+        result["settings"].update(window_images=args.window_images, window_seconds=args.window_seconds,
+                                  steady_tolerance=args.steady_tolerance,
+                                  max_warmup_seconds=args.max_warmup_seconds)
     return result
 
 
@@ -174,6 +236,160 @@ def record_steps(result: dict, args, warmup_seconds: float, window: float, steps
         result.update(images=images_done, window_seconds=window,
                       images_per_second=images_done / window if window > 0 else None)
     set_losses(result, loss_warmup, loss_final)
+
+
+class Stepper:
+    """What the throughput window needs of an engine (each trial subclasses it).
+
+    `first(n)` runs the engine's first n steps (compilation, autotuning, graph capture: whatever
+    the engine does before it can replay steps); `run(n)` enqueues n more; both return the last
+    step's loss as the engine holds it (a device value), without waiting for it. `sync(loss)` waits
+    until everything enqueued has finished; `value(loss)` is the loss as a float. `device_mark()`
+    records a point on the device's own timeline (None where the engine has no device clock) and
+    `device_seconds(a, b)` reads the time between two marks once both have passed."""
+
+    def first(self, n: int):
+        return self.run(n)
+
+    def run(self, n: int):
+        raise NotImplementedError
+
+    def sync(self, loss) -> None:
+        raise NotImplementedError
+
+    def value(self, loss) -> float | None:
+        raise NotImplementedError
+
+    def device_mark(self):
+        return None
+
+    def device_seconds(self, a, b) -> float:
+        raise NotImplementedError
+
+
+def _agree(a: float, b: float, tolerance: float) -> bool:
+    mean = (a + b) / 2
+    return mean > 0 and abs(a - b) / mean <= tolerance
+
+
+def _warm_up(args, stepper: Stepper) -> tuple[object, dict, int, bool]:
+    """The warm-up: fixed steps, or the engine's first step(s) then chunks until two successive
+    chunk rates agree within the tolerance (bounded in time). (last loss, warm-up record, chunk
+    size, whether that size is final: a chunk stops growing once it lasts CHUNK_TARGET_S)."""
+    warmup_steps, _ = step_counts(args)
+    clock = time.perf_counter
+    t0 = clock()
+    if not adaptive_warmup(args):
+        loss = stepper.first(warmup_steps)
+        stepper.sync(loss)
+        record = {"rule": f"fixed: {warmup_steps} steps", "steps": warmup_steps,
+                  "seconds": clock() - t0, "converged": None, "chunk_rates": []}
+        return loss, record, 1, False
+    loss = stepper.first(1)  # the engine's own minimum (a graph capture, a compile) comes first
+    stepper.sync(loss)
+    steps, chunk, rates, sized, converged = 1, 1, [], [], False
+    max_s = DEFAULT_MAX_WARMUP_S if args.max_warmup_seconds is None else args.max_warmup_seconds
+    t_chunks = clock()
+    while True:
+        t = clock()
+        loss = stepper.run(chunk)
+        stepper.sync(loss)
+        dt = clock() - t
+        steps += chunk
+        rate = chunk * args.batch / dt if dt > 0 else float("inf")
+        rates.append(rate)
+        if dt < CHUNK_TARGET_S and chunk < MAX_CHUNK_STEPS:
+            chunk = min(MAX_CHUNK_STEPS, chunk * 2)  # rates of unequal chunks are not compared
+        else:
+            sized.append(rate)
+            if len(sized) >= 2 and _agree(sized[-2], sized[-1], args.steady_tolerance):
+                converged = True
+                break
+        if clock() - t_chunks >= max_s:
+            break
+    record = {"rule": f"until two successive chunks within {args.steady_tolerance:g} (at most {max_s:g} s)",
+              "steps": steps, "seconds": clock() - t0, "converged": converged, "chunk_rates": rates}
+    return loss, record, chunk, bool(sized)
+
+
+def halves(chunk_steps: list[int], chunk_seconds: list[float], batch: int) -> tuple[float | None, float | None]:
+    """images/s of the window's first and second half of chunks (an odd middle chunk in neither)."""
+    n = len(chunk_steps)
+    if n < 2:
+        return None, None
+    k = n // 2
+
+    def rate(steps: list[int], secs: list[float]) -> float | None:
+        total = sum(secs)
+        return sum(steps) * batch / total if total > 0 else None
+    return rate(chunk_steps[:k], chunk_seconds[:k]), rate(chunk_steps[n - k:], chunk_seconds[n - k:])
+
+
+def _rule_text(images: int, seconds: float) -> str:
+    parts = ([f"at least {images} images"] if images else []) + ([f"at least {seconds:g} s"] if seconds else [])
+    return " and ".join(parts + [f"at least {MIN_WINDOW_CHUNKS} chunks"])
+
+
+def measure_throughput(args, result: dict, stepper: Stepper, extra_warmup_seconds: float = 0.0) -> None:
+    """Warm up, then time whole chunks of steps until the window holds --steps steps, or (the window
+    rule) at least --window-images images and --window-seconds seconds; record it all (the window's
+    per-chunk times, its halves and whether they agree) and the losses. Max-batch: one warm-up step and
+    one measured step, as the protocol fixes."""
+    loss, warm, chunk, sized = _warm_up(args, stepper)
+    loss_warmup = stepper.value(loss)
+    warm["seconds"] += extra_warmup_seconds
+    _, fixed_steps = step_counts(args)
+    rule = uses_window_rule(args)
+    if not rule:
+        chunk = max(1, -(-fixed_steps // 10)) if args.benchmark == "throughput" else fixed_steps
+    want_images = (args.window_images or 0) if rule else 0
+    want_seconds = (args.window_seconds or 0.0) if rule else 0.0
+    clock = time.perf_counter
+    marks = [stepper.device_mark()]
+    steps, chunk_steps, chunk_seconds = 0, [], []
+    start_unix, t0 = time.time(), clock()
+    prev = t0
+    while True:
+        n = chunk if rule else min(chunk, fixed_steps - steps)
+        loss = stepper.run(n)
+        marks.append(stepper.device_mark())
+        stepper.sync(loss)
+        now = clock()
+        steps += n
+        chunk_steps.append(n)
+        chunk_seconds.append(now - prev)
+        prev = now
+        if rule:
+            if (steps * args.batch >= want_images and now - t0 >= want_seconds
+                    and len(chunk_steps) >= MIN_WINDOW_CHUNKS):
+                break
+            if not sized and chunk < MAX_CHUNK_STEPS and chunk_seconds[-1] < CHUNK_TARGET_S:
+                chunk = min(MAX_CHUNK_STEPS, chunk * 2)  # the warm-up gave no final size: find it
+            else:
+                sized = True
+        elif steps >= fixed_steps:
+            break
+    end_unix, window = time.time(), prev - t0
+    loss_final = stepper.value(loss)
+    device = None
+    if marks[0] is not None:
+        device = [stepper.device_seconds(a, b) for a, b in zip(marks, marks[1:])]
+    if args.benchmark == "throughput":
+        result["warmup"] = warm
+        first, second = halves(chunk_steps, chunk_seconds, args.batch)
+        change = (second - first) / first if first and second is not None else None
+        result["window"] = {
+            "rule": (_rule_text(want_images, want_seconds) if rule else f"fixed: {fixed_steps} steps"),
+            "steps": steps, "images": steps * args.batch, "seconds": window,
+            "chunk_steps": chunk_steps[0], "chunk_seconds": chunk_seconds,
+            "chunk_device_seconds": device, "start_unix": start_unix, "end_unix": end_unix,
+            "first_half_ips": first, "second_half_ips": second, "halves_change": change,
+            "tolerance": args.steady_tolerance,
+            "steady": None if change is None else abs(change) <= args.steady_tolerance,
+        }
+        if len(set(chunk_steps)) > 1:
+            result["window"]["chunk_step_counts"] = chunk_steps
+    record_steps(result, args, warm["seconds"], window, steps, loss_warmup, loss_final)
 
 
 def set_losses(result: dict, loss_warmup: float | None, loss_final: float | None) -> None:
@@ -324,10 +540,10 @@ def run(argv: list[str] | None, modes: list[str], engine_of: Callable[[str], str
 
 # ---------------------------------------------------------------------------- data
 
-def synthetic(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Deterministic random CIFAR-shaped data: uint8 N×32×32×3 (HWC), int64 labels 0..9."""
+def synthetic(n: int, seed: int, size: int = IMAGE_SHAPE[0]) -> tuple[np.ndarray, np.ndarray]:
+    """Deterministic random data: uint8 N×size×size×3 (HWC; CIFAR-10's 32 by default), int64 labels 0..9."""
     rng = np.random.default_rng(seed)
-    images = rng.integers(0, 256, size=(n, *IMAGE_SHAPE), dtype=np.uint8)
+    images = rng.integers(0, 256, size=(n, size, size, 3), dtype=np.uint8)
     labels = rng.integers(0, NUM_CLASSES, size=n, dtype=np.int64)
     return images, labels
 
@@ -421,12 +637,16 @@ def _load_cifar10(data_dir, n: int) -> tuple[np.ndarray, np.ndarray, dict]:
 
 def load_data(args) -> tuple[np.ndarray, np.ndarray, dict]:
     """The batch the trial trains on, plus a description for settings."""
+    size = getattr(args, "image_size", IMAGE_SHAPE[0])
     if args.dataset == "cifar10":
+        if size != IMAGE_SHAPE[0]:
+            raise TrialError(f"--dataset cifar10 is {IMAGE_SHAPE[0]}x{IMAGE_SHAPE[1]} images: "
+                             f"--image-size {size} needs --dataset synthetic")
         images, labels, info = _load_cifar10(args.data_dir, args.batch)
         info = {"name": "cifar10", **info}
     else:
-        images, labels = synthetic(args.batch, args.seed)
+        images, labels = synthetic(args.batch, args.seed, size)
         info = {"name": "synthetic", "generator": "numpy default_rng(seed)"}
-    info.update(shape_hwc=list(IMAGE_SHAPE), num_classes=NUM_CLASSES,
+    info.update(shape_hwc=[size, size, 3], num_classes=NUM_CLASSES,
                 mean=list(CIFAR10_MEAN), std=list(CIFAR10_STD))
     return images, labels, info

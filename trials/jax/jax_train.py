@@ -125,7 +125,7 @@ def _train(args, result: dict, device) -> None:
     bf16 = args.precision == "bf16"
     model = resnet50(num_classes=kittrial.NUM_CLASSES, dtype=jnp.bfloat16 if bf16 else jnp.float32)
     t0 = time.perf_counter()
-    variables = jax.device_put(init_variables(model, args.seed), device)
+    variables = jax.device_put(init_variables(model, args.seed, (2, args.image_size, args.image_size, 3)), device)
     result["init_seconds"] = time.perf_counter() - t0
     counts = count_parameters(variables)
     result["parameters"] = counts["trainable"]  # what PyTorch's parameters() counts
@@ -169,7 +169,6 @@ def _train(args, result: dict, device) -> None:
     settings["xla_rematerialization_null_means"] = xla_log.NULL_MEANS
 
     kittrial.fault_point()
-    warmup_steps, n_steps = kittrial.step_counts(args)
 
     # XLA logs its rematerialisation (recomputing activations to fit its memory limit) on fd 2
     # while it compiles: captured there and recorded, on every outcome (xla_log).
@@ -187,28 +186,27 @@ def _train(args, result: dict, device) -> None:
     # carries it too): XLA's compiled peak, MiB; null where this backend reports none.
     result["compiled_peak_mib"] = xla_log.compiled_peak_mib(result["xla_memory_analysis"])
 
-    def steps(state, n: int):
-        """n steps, no host synchronisation; (state, the last loss as a device array or None)."""
-        loss = None
-        for _ in range(n):
-            state, loss = step(state, x, y)
-        return state, loss
+    class JaxStepper(kittrial.Stepper):
+        """The window's view of the jitted step: the state threads through; a chunk ends with
+        block_until_ready on the state and the last loss (XLA has no host-readable device clock here)."""
 
-    t1 = time.perf_counter()
-    state, loss = steps(state, warmup_steps)
-    loss_warmup = None if loss is None else float(loss)  # synchronises
-    jax.block_until_ready(state)
-    warmup_seconds = compile_seconds + (time.perf_counter() - t1)
+        def __init__(self, state):
+            self.state = state
 
-    # One synchronisation at the end of the window (the last loss and the state): no per-step
-    # host round trips.
-    t0 = time.perf_counter()
-    state, loss = steps(state, n_steps)
-    jax.block_until_ready((state, loss))
-    window = time.perf_counter() - t0
-    loss_final = float(loss)
+        def run(self, n: int):
+            loss = None
+            for _ in range(n):
+                self.state, loss = step(self.state, x, y)
+            return loss
 
-    kittrial.record_steps(result, args, warmup_seconds, window, n_steps, loss_warmup, loss_final)
+        def sync(self, loss) -> None:
+            jax.block_until_ready((self.state, loss))
+
+        def value(self, loss) -> float | None:
+            return None if loss is None else float(loss)
+
+    # Compilation (ahead of time, above) counts in the warm-up, as the other engines' first step does.
+    kittrial.measure_throughput(args, result, JaxStepper(state), extra_warmup_seconds=compile_seconds)
 
 
 def device_peaks(stats: dict) -> dict:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import platform
 import resource
-import time
 
 import torch
 import torch.nn.functional as F
@@ -268,7 +267,7 @@ def build_runner(args, result: dict, device: torch.device) -> EagerRunner:
         settings["compile"] = {"mode": "default", "backend": "inductor"}
         return EagerRunner(net, opt, x, y, autocast)
     if args.mode == COMPILE_GRAPHS:
-        warmup_steps, _ = kittrial.step_counts(args)
+        warmup_steps, _ = kittrial.step_counts(args)  # the window rule's adaptive warm-up: 1 first
         settings["compile"] = {
             "mode": COMPILE_GRAPHS_MODE, "backend": "inductor", "fullgraph": False,
             "scope": "forward + cross-entropy + backward + Adam.step in one torch.compile'd "
@@ -298,25 +297,40 @@ def _train(args, result: dict, device: torch.device) -> None:
             result["settings"]["compile"].update(compile_stats())
 
 
+class TorchStepper(kittrial.Stepper):
+    """The window's view of a runner: CUDA events mark each chunk on the device's own timeline."""
+
+    def __init__(self, runner: EagerRunner, device: torch.device):
+        self.runner, self.cuda = runner, device.type == "cuda"
+
+    def first(self, n: int):
+        return self.runner.warmup(n)
+
+    def run(self, n: int):
+        return self.runner.run(n)
+
+    def sync(self, loss) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def value(self, loss) -> float | None:
+        return None if loss is None else loss.item()
+
+    def device_mark(self):
+        if not self.cuda:
+            return None
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def device_seconds(self, a, b) -> float:
+        return a.elapsed_time(b) / 1000.0
+
+
 def _measure(args, result: dict, device: torch.device, runner: EagerRunner) -> None:
     kittrial.fault_point()
-    warmup_steps, steps = kittrial.step_counts(args)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-
-    t0 = time.perf_counter()
-    loss = runner.warmup(warmup_steps)
-    loss_warmup = None if loss is None else loss.item()
-    sync()
-    warmup_seconds = time.perf_counter() - t0
-
-    # One synchronisation at the end of the window: no per-step host round trips.
-    t0 = time.perf_counter()
-    loss = runner.run(steps)
-    sync()
-    window = time.perf_counter() - t0
-    loss_final = loss.item()
-
-    kittrial.record_steps(result, args, warmup_seconds, window, steps, loss_warmup, loss_final)
+    # Each chunk of steps ends in one synchronisation: no per-step host round trips.
+    kittrial.measure_throughput(args, result, TorchStepper(runner, device))
 
 
 def _record_peaks(result: dict, device: torch.device) -> None:

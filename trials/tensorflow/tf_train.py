@@ -15,7 +15,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 import platform  # noqa: E402
 import resource  # noqa: E402
-import time  # noqa: E402
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
@@ -122,7 +121,7 @@ def _train(args, result: dict) -> None:
     settings["logits_dtype"] = "float32"
 
     keras.utils.set_random_seed(args.seed)
-    model = resnet50(num_classes=kittrial.NUM_CLASSES)
+    model = resnet50(num_classes=kittrial.NUM_CLASSES, input_shape=(args.image_size, args.image_size, 3))
     counts = count_parameters(model)
     result["parameters"] = counts["trainable"]  # what PyTorch's parameters() counts
     result["parameters_total"] = counts["total"]  # + BatchNorm moving mean/variance
@@ -150,29 +149,25 @@ def _train(args, result: dict) -> None:
         optimizer.apply_gradients(zip(grads, variables))
         return loss
 
-    def steps(n: int):
-        """n steps, no host synchronisation; the last loss (a device tensor) or None."""
-        loss = None
-        for _ in range(n):
-            loss = train_step(x, y)
-        return loss
+    class TfStepper(kittrial.Stepper):
+        """The window's view of the XLA step: a chunk ends by fetching its last loss."""
+
+        def run(self, n: int):
+            loss = None
+            for _ in range(n):
+                loss = train_step(x, y)
+            return loss
+
+        def sync(self, loss) -> None:
+            if loss is not None:
+                loss.numpy()
+
+        def value(self, loss) -> float | None:
+            return None if loss is None else float(loss.numpy())
 
     kittrial.fault_point()
-    warmup_steps, n_steps = kittrial.step_counts(args)
-
-    t0 = time.perf_counter()
-    loss = steps(warmup_steps)  # the first call traces and XLA-compiles the step
-    loss_warmup = None if loss is None else float(loss.numpy())  # synchronises
-    warmup_seconds = time.perf_counter() - t0
-
-    # One synchronisation at the end of the window (fetching the last loss): no per-step
-    # host round trips.
-    t0 = time.perf_counter()
-    loss = steps(n_steps)
-    loss_final = float(loss.numpy())
-    window = time.perf_counter() - t0
-
-    kittrial.record_steps(result, args, warmup_seconds, window, n_steps, loss_warmup, loss_final)
+    # The first call traces and XLA-compiles the step (inside the warm-up).
+    kittrial.measure_throughput(args, result, TfStepper())
 
 
 def _record_peaks(result: dict, device: str) -> None:

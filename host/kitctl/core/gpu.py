@@ -128,6 +128,27 @@ class Nvml:
                 p.name = ""
         return out
 
+    # -- energy and clocks (throughput's telemetry) ------------------------------------
+    def telemetry(self, h: Any) -> "Telemetry":
+        """One reading of the counters throughput reports beside images/s; a field NVML cannot give
+        on this device (e.g. the energy counter before Volta) is None."""
+        lib = self.lib
+
+        def opt(fn: str, *args: Any) -> Any:
+            try:
+                return getattr(lib, fn)(*args)
+            except Exception:
+                return None
+
+        energy = opt("nvmlDeviceGetTotalEnergyConsumption", h)  # mJ since the driver loaded
+        sm = getattr(lib, "NVML_CLOCK_SM", None)
+        temp = getattr(lib, "NVML_TEMPERATURE_GPU", 0)
+        power = opt("nvmlDeviceGetPowerUsage", h)  # mW
+        return Telemetry(energy_mj=float(energy) if isinstance(energy, (int, float)) else None,
+                         sm_clock_mhz=opt("nvmlDeviceGetClockInfo", h, sm) if sm is not None else None,
+                         temperature_c=opt("nvmlDeviceGetTemperature", h, temp),
+                         power_w=power / 1000 if isinstance(power, (int, float)) else None)
+
     # -- description ------------------------------------------------------------------
     def info(self, index: int, h: Any) -> GpuInfo:
         lib = self.lib
@@ -160,6 +181,16 @@ class Nvml:
         cm = opt("nvmlDeviceGetComputeMode", h)
         gi.compute_mode = None if cm is None else str(cm)
         return gi
+
+
+@dataclass(frozen=True)
+class Telemetry:
+    """One reading: the energy counter (mJ), SM clock (MHz), temperature (°C), power draw (W)."""
+
+    energy_mj: float | None
+    sm_clock_mhz: float | None
+    temperature_c: float | None
+    power_w: float | None
 
 
 def check_idle(nvml: Nvml, h: Any, threshold_mib: float) -> str | None:

@@ -31,6 +31,12 @@ class TrialRequest:
     seed: int = 0
     warmup_steps: int | None = None
     steps: int | None = None
+    image_size: int = 32
+    # Throughput's window rule (docs/method.md): the trial times whole chunks until both hold.
+    window_images: int | None = None
+    window_seconds: float | None = None
+    steady_tolerance: float | None = None
+    max_warmup_seconds: float | None = None
     extra_args: tuple[str, ...] = field(default=())
 
     def argv(self, data_dir: str | None = None) -> list[str]:
@@ -56,6 +62,13 @@ class TrialRequest:
             args += ["--warmup-steps", str(self.warmup_steps)]
         if self.steps is not None:
             args += ["--steps", str(self.steps)]
+        if self.image_size != 32:  # the protocol's default: a 32-pixel candidate's argv is unchanged
+            args += ["--image-size", str(self.image_size)]
+        for flag, value in (("--window-images", self.window_images), ("--window-seconds", self.window_seconds),
+                            ("--steady-tolerance", self.steady_tolerance),
+                            ("--max-warmup-seconds", self.max_warmup_seconds)):
+            if value is not None:
+                args += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
         return args + list(self.extra_args)
 
 

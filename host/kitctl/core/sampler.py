@@ -13,11 +13,12 @@ import threading
 import time
 from typing import Any
 
-from .gpu import Nvml
+from .gpu import Nvml, Telemetry
 from .outcome import KilledBy, MemoryPeaks
 from .watch import CandidateHandle
 
 BASELINE_READS = 5
+TELEMETRY_EVERY_S = 0.05  # energy counter, SM clock, temperature, power: for throughput's window
 PROCESS_EVERY_S = 0.02  # per-process query cadence (it costs ~ms on big hosts)
 PID_REFRESH_S = 0.1  # re-list the candidate's host PIDs (forks, compile workers)
 # After a gate kill, how long to wait for the card to give the memory back (and how close to the
@@ -30,13 +31,18 @@ class NvmlSampler:
     """Implements core.watch.Watcher."""
 
     def __init__(self, nvml: Nvml, handle: Any, budget_mib: float | None, *,
-                 min_interval_s: float = 0.0005, release_wait_s: float = RELEASE_WAIT_S) -> None:
+                 min_interval_s: float = 0.0005, release_wait_s: float = RELEASE_WAIT_S,
+                 telemetry: bool = False) -> None:
         self.nvml = nvml
         self.h = handle
         self.budget_mib = budget_mib
         self.min_interval_s = min_interval_s  # cap the rate (~2 kHz) so one core is not pinned
         self.release_wait_s = release_wait_s
         self.baseline_mib: float | None = None
+        # (time.time(), reading): the wall clock, which a trial in a container shares with the host,
+        # so its window's start and end can be placed on this series.
+        self.track_telemetry = telemetry
+        self.telemetry: list[tuple[float, Telemetry]] = []
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._reset()
@@ -50,6 +56,7 @@ class NvmlSampler:
         self._t_tripped: float | None = None
         self._t_start = 0.0
         self._t_end = 0.0
+        self.telemetry = []
 
     # -- Watcher ------------------------------------------------------------------
     def prepare(self) -> None:
@@ -70,6 +77,11 @@ class NvmlSampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        if self.track_telemetry:  # a last reading after the candidate's end closes its window
+            try:
+                self._read_telemetry()
+            except Exception:  # a transient NVML error: the series ends one reading earlier
+                pass
         self._t_end = time.monotonic()
         dur = max(self._t_end - self._t_start, 1e-9)
         return MemoryPeaks(device_delta_mib=round(self.peak_delta, 1),
@@ -121,8 +133,11 @@ class NvmlSampler:
         if matched and (self.peak_process is None or total > self.peak_process):
             self.peak_process = total
 
+    def _read_telemetry(self) -> None:
+        self.telemetry.append((time.time(), self.nvml.telemetry(self.h)))
+
     def _loop(self, handle: CandidateHandle) -> None:
-        next_proc = next_pids = 0.0
+        next_proc = next_pids = next_tel = 0.0
         pids: set[int] = set()
         while not self._stop.is_set():
             t = time.monotonic()
@@ -134,6 +149,9 @@ class NvmlSampler:
                 if t >= next_proc:
                     self.observe_processes(pids)
                     next_proc = t + PROCESS_EVERY_S
+                if self.track_telemetry and t >= next_tel:
+                    self._read_telemetry()
+                    next_tel = t + TELEMETRY_EVERY_S
             except Exception:  # a vanished process or a transient NVML error: keep sampling
                 pass
             spare = self.min_interval_s - (time.monotonic() - t)

@@ -13,7 +13,7 @@ from ...core.search import STRATEGIES
 from ...errors import EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, Fail, err
 from ...runtimes.base import RuntimeUnavailable
 from ...runconfig import (O_CUDNN, O_DATA_DIR, O_DATASET, O_DEVICE, O_ENGINES, O_GPU, O_GPU_REQUEST,
-                          O_IDLE_THRESHOLD, O_MEMORY_LIMIT, O_PRECISION, O_PYTHON, O_REQUIRE_IDLE, O_RESERVE,
+                          O_IDLE_THRESHOLD, O_IMAGE_SIZE, O_MEMORY_LIMIT, O_PRECISION, O_PYTHON, O_REQUIRE_IDLE, O_RESERVE,
                           O_RESULTS_DIR, O_RESUME, O_RUNTIME, O_TIMEOUT, O_VRAM_LIMIT, Dataset, Device,
                           GpuRequestName, Precision, RuntimeName)
 from .config import DEFAULT_MAX_BATCH, MaxbatchConfig
@@ -52,6 +52,7 @@ def maxbatch(
                                           "cluster (needs the ray extra); one artifact here."),
     gpu_model: Optional[str] = typer.Option(None, help="With --cluster: only nodes offering the custom resource "
                                             "kitctl-gpu-model:<NAME>, e.g. H200."),
+    image_size: int = O_IMAGE_SIZE,
     speculate: bool = typer.Option(True, "--speculate/--no-speculate",
                                    help="With --gpus: a GPU left without a cell of its own runs "
                                    "further candidates of a running cell (the ones its search would ask for "
@@ -65,7 +66,7 @@ def maxbatch(
                                                        start_batch, max_batch, timeout, runtime.value, dataset.value,
                                                        data_dir, cudnn_benchmark, memory_limit, calibration_batch,
                                                        strategy, gpu, gpu_request.value, gpus, cluster,
-                                                       gpu_model, speculate),
+                                                       gpu_model, speculate, image_size=image_size),
                      gpu_request=gpu_request.value)
     cfg: MaxbatchConfig = s.config
     plan = RunPlan(engines=s.engines, precisions=list(cfg.run.precisions),

@@ -7,7 +7,8 @@ from typing import Any, ClassVar
 
 from ...core.search import STRATEGIES, SearchConfig
 from ...errors import Fail
-from ...runconfig import BOOL, COMMON_KEYS, INT, STR, RunConfig, check_counts, check_min_batch, engine_names
+from ...runconfig import (BOOL, COMMON_KEYS, DEFAULT_IMAGE_SIZE, INT, STR, RunConfig, check_counts, check_min_batch,
+                          engine_names)
 
 DEFAULT_MAX_BATCH = 1 << 20
 
@@ -46,7 +47,7 @@ class MaxbatchConfig:
                                                         "gpu_model": STR + (type(None),),
                                                         "speculate": BOOL}
     # The recorded settings a resume must find exactly as a run with them would write them.
-    SETTINGS: ClassVar[tuple[str, ...]] = (*COMMON_KEYS, *OWN_KEYS, "seed", "ci_level")
+    SETTINGS: ClassVar[tuple[str, ...]] = (*COMMON_KEYS, *OWN_KEYS, "seed", "ci_level", "image_size")
 
     @classmethod
     def from_flags(cls, engines: str, precision: str, device: str, vram_limit: int | None, reserve: int,
@@ -54,7 +55,8 @@ class MaxbatchConfig:
                    data_dir: str | None, cudnn_benchmark: bool, memory_limit: int | None,
                    calibration_batch: int, strategy: str, gpu: str | None,
                    gpu_request: str | None = None, gpus: str | None = None, cluster: str | None = None,
-                   gpu_model: str | None = None, speculate: bool = True) -> MaxbatchConfig:
+                   gpu_model: str | None = None, speculate: bool = True,
+                   image_size: int = DEFAULT_IMAGE_SIZE) -> MaxbatchConfig:
         names = engine_names(engines)
         if cluster is not None:
             from ...cluster import check_form
@@ -86,7 +88,7 @@ class MaxbatchConfig:
         check_counts(("--start-batch", start_batch), ("--max-batch", max_batch),
                      ("--calibration-batch", calibration_batch))
         run = RunConfig.from_flags(names, precision, device, gpu, vram_limit, reserve, timeout, runtime, dataset,
-                                   data_dir, cudnn_benchmark, memory_limit, gpu_request)
+                                   data_dir, cudnn_benchmark, memory_limit, gpu_request, image_size=image_size)
         return cls(run, start_batch, max_batch, calibration_batch, strategy, gpus, cluster, gpu_model, speculate)
 
     @classmethod

@@ -10,10 +10,10 @@ from rich.console import Console
 from ... import launch
 from ...errors import EXIT_INCOMPLETE, EXIT_OK
 from ...runconfig import (O_CUDNN, O_DATA_DIR, O_DATASET, O_DEVICE, O_ENGINES, O_GPU, O_GPU_REQUEST,
-                          O_IDLE_THRESHOLD, O_MEMORY_LIMIT, O_PRECISION, O_PYTHON, O_REQUIRE_IDLE, O_RESERVE,
+                          O_IDLE_THRESHOLD, O_IMAGE_SIZE, O_MEMORY_LIMIT, O_PRECISION, O_PYTHON, O_REQUIRE_IDLE, O_RESERVE,
                           O_RESULTS_DIR, O_RESUME, O_RUNTIME, O_TIMEOUT, O_VRAM_LIMIT, Dataset, Device,
                           GpuRequestName, Precision, RuntimeName)
-from .config import ThroughputConfig
+from .config import MAX_WARMUP_SECONDS, STEADY_TOLERANCE, WINDOW_IMAGES, WINDOW_SECONDS, ThroughputConfig
 from .table import all_ok, print_table
 
 
@@ -27,8 +27,23 @@ def throughput(
     reserve: int = O_RESERVE,
     batch: int = typer.Option(128, help="Training batch of every run."),
     runs: int = typer.Option(5, help="Fresh processes/containers per engine × precision."),
-    warmup_steps: int = typer.Option(10, help="Untimed steps first (compilation, autotuning, graph capture)."),
-    steps: int = typer.Option(50, help="Timed steps: images/s = batch × steps ÷ the window's wall time."),
+    warmup_steps: Optional[int] = typer.Option(
+        None, help="Untimed steps first, exactly this many (default: warm up until two successive chunks of steps "
+        "agree within --steady-tolerance, after compilation, autotuning and graph capture)."),
+    steps: Optional[int] = typer.Option(
+        None, help="Timed steps, exactly this many (default: the window rule, --window-images and --window-seconds). "
+        "images/s = batch × steps ÷ the window's wall time."),
+    window_images: Optional[int] = typer.Option(
+        None, help=f"The timed window holds at least this many images (default {WINDOW_IMAGES:,}: the reference "
+        "runner's two epochs of 390 steps at batch 128; on --device cpu none)."),
+    window_seconds: Optional[float] = typer.Option(
+        None, help=f"The timed window lasts at least this long (default {WINDOW_SECONDS:g} s); the longer of the two "
+        "minimums decides."),
+    steady_tolerance: float = typer.Option(
+        STEADY_TOLERANCE, help="Warm-up ends when two successive chunks' rates agree within this fraction; a run whose "
+        "window halves differ by more is marked not steady (its figure kept)."),
+    max_warmup_seconds: float = typer.Option(MAX_WARMUP_SECONDS, help="Bound on the warm-up until steady."),
+    image_size: int = O_IMAGE_SIZE,
     timeout: Optional[float] = O_TIMEOUT,
     runtime: RuntimeName = O_RUNTIME,
     dataset: Dataset = O_DATASET,
@@ -51,15 +66,18 @@ def throughput(
                      lambda: ThroughputConfig.from_flags(engines, precision.value, device.value, vram_limit, reserve,
                                                          batch, runs, warmup_steps, steps, timeout, runtime.value,
                                                          dataset.value, data_dir, cudnn_benchmark, memory_limit, gpu,
-                                                         gpu_request.value),
+                                                         gpu_request.value, image_size=image_size,
+                                                         window_images=window_images, window_seconds=window_seconds,
+                                                         steady_tolerance=steady_tolerance,
+                                                         max_warmup_seconds=max_warmup_seconds),
                      gpu_request=gpu_request.value)
     cfg: ThroughputConfig = s.config
-    base = launch.base_request("throughput", cfg.run, batch=cfg.batch, warmup_steps=cfg.warmup_steps,
-                               steps=cfg.steps)
+    base = launch.base_request("throughput", cfg.run, **cfg.request_fields())
     plan = ThroughputPlan(engines=s.engines, precisions=list(cfg.run.precisions), base_request=base, runs=cfg.runs,
                           timeout_s=cfg.run.timeout_s, budget=s.gpuctx.budget if s.gpuctx else None,
-                          ci_level=cfg.ci_level, watcher_factory=launch.watcher_factory(s.gpuctx))
+                          ci_level=cfg.ci_level, watcher_factory=launch.watcher_factory(s.gpuctx, telemetry=True),
+                          steady_tolerance=cfg.steady_tolerance)
     runner = ThroughputRunner(plan, s.rt, s.store, s.doc, launch.make_view(console, s))  # type: ignore[arg-type]
     doc, final = launch.execute(runner, s.store)
-    print_table(console, cfg.run.model, cfg.run.dataset, cfg.batch, doc, final)
+    print_table(console, cfg.run.model, cfg.run.dataset, cfg.batch, doc, final, cfg.run.image_size)
     raise typer.Exit(EXIT_OK if all_ok(doc) else EXIT_INCOMPLETE)

@@ -15,7 +15,24 @@ def _data_diffs(old: Source, new: Source) -> list[str]:
                       ("batch", old.config.own.batch, new.config.own.batch)):
         if o != n:
             out.append(f"{key} ({o} vs {n})")
+    size_o, size_n = (s.config.own.image_size if isinstance(s.config.own.image_size, int) else 32 for s in (old, new))
+    if size_o != size_n:
+        out.append(f"image size ({size_o} vs {size_n})")
+    rule_o, rule_n = (s.config.own.window_rule if isinstance(s.config.own.window_rule, str) else None
+                      for s in (old, new))
+    if (rule_o or rule_n) and rule_o != rule_n:  # one measured under the window rule, the other not (or another)
+        fixed = "a fixed window of {} steps"
+        out.append(f"window ({rule_o or fixed.format(old.config.own.steps)} vs "
+                   f"{rule_n or fixed.format(new.config.own.steps)})")
     return out
+
+
+def _text(t) -> str:
+    """The median and interval, and beside it joules per image where the run measured it."""
+    text = median_text(t)
+    if t is not None and getattr(t, "joules_per_image", None) is not None:
+        text += f"; {t.joules_per_image:.3g} J/img"
+    return text
 
 
 def _context(old: Source, new: Source) -> list[str]:
@@ -25,5 +42,5 @@ def _context(old: Source, new: Source) -> list[str]:
     return []
 
 
-COMPARER = Comparer(rows=lambda s: s.tput, change=median_change, text=median_text, unit="images/s (median [CI])",
+COMPARER = Comparer(rows=lambda s: s.tput, change=median_change, text=_text, unit="images/s (median [CI])",
                     unit_short="images/s", data_diffs=_data_diffs, context=_context)

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from ...core.tables import Ratio, engine_label
 from ...reports.format import cell_label, fmt_int, join, num, table
-from .table import throughput_ratio_pairs, throughput_rows
+from .config import WINDOW_IMAGES, WINDOW_SECONDS
+from .table import has_window_rule_columns, steady_text, throughput_ratio_pairs, throughput_rows
 
 if TYPE_CHECKING:  # the report shell's type; importing it here would make reports and benchmarks a cycle
     from ...reports.sources import Source
@@ -35,8 +36,13 @@ def result_table(src: Source) -> list[str]:
             ci = "—"
         rows.append([engine_label(t.engine), t.precision, fmt_int(t.batch), num(t.median), ci, str(t.runs),
                      num(t.warmup_s, 1)])
-    return table(["Engine", "Precision", "Batch", "images/s (median)", "±CI", "runs", "warm-up s"], rows,
-                  right={2, 3, 4, 5, 6})
+    head = ["Engine", "Precision", "Batch", "images/s (median)", "±CI", "runs", "warm-up s"]
+    if has_window_rule_columns(src.tput):  # artifacts from before the window rule keep their table
+        head += ["window s", "J/image", "W (mean)", "steady"]
+        for row, t in zip(rows, src.tput):
+            row += [num(t.window_s, 1), f"{t.joules_per_image:.3g}" if t.joules_per_image is not None else "—",
+                    num(t.mean_watts), steady_text(t)]
+    return table(head, rows, right=set(range(2, len(head) - 1)) if len(head) > 7 else {2, 3, 4, 5, 6})
 
 
 def ratios(sources: list[Source]) -> list[Ratio]:
@@ -49,8 +55,11 @@ def meta_count(src: Source) -> str:
 
 def measured_rules(src: Source, fresh: str) -> list[list[str]]:
     own = src.config.own
-    return [["Speed rule", f"batch {fmt_int(own.batch)}; {fmt_int(own.warmup_steps)} warm-up "
-             f"steps, then {fmt_int(own.steps)} timed steps; images/s = images ÷ timed window; "
+    window = (f"{own.window_rule}" if isinstance(own.window_rule, str) else
+              f"{fmt_int(own.warmup_steps)} warm-up steps, then {fmt_int(own.steps)} timed steps")
+    size = own.image_size if isinstance(own.image_size, int) else 32
+    return [["Speed rule", f"batch {fmt_int(own.batch)}" + ("" if size == 32 else f", {size}×{size} images")
+             + f"; {window}; images/s = images ÷ timed window; "
              f"{fmt_int(own.runs)} runs, each {fresh}; median and a confidence interval of the "
              "median over runs"
              + (f" (requested {own.ci_level * 100:g}%; each cell states the level it reaches)"
@@ -76,6 +85,31 @@ def caveats_protocol(src: Source) -> list[str]:
         out.append(f"**Interval below the requested level** — {join(low)}: too few runs for a "
                    f"distribution-free interval at the requested level; the min–max interval and its actual "
                    f"confidence level are shown.")
+    unsteady = [f"{cell_label(t.engine, t.precision)} ({t.steady_why})" for t in src.tput if t.steady is False]
+    if unsteady:
+        out.append(f"**Not steady** — {join(unsteady)}: the figure is kept, but it moves with the window; "
+                   "read it as a range, not a rank.")
+    short = _short_windows(src)
+    if short:
+        out.append(f"**Window too short to be steady** — {join(short)}: measured with a fixed window of a few "
+                   f"steps, before kitctl's window rule (at least {WINDOW_IMAGES:,} images and {WINDOW_SECONDS:g} s, "
+                   "after a warm-up until steady); start-up effects sit inside the window, so these figures can "
+                   "understate an engine and rank engines by how soon they reach speed.")
+    return out
+
+
+def _short_windows(src: Source) -> list[str]:
+    """Cells of an artifact from before the window rule whose median window was under either minimum."""
+    if isinstance(src.config.own.window_rule, str):
+        return []
+    out = []
+    for t in src.tput:
+        if t.median is None or t.window_s is None or t.batch is None:
+            continue
+        steps = src.config.own.steps
+        images = steps * t.batch if isinstance(steps, int) and isinstance(t.batch, int) else t.median * t.window_s
+        if t.window_s < WINDOW_SECONDS or images < WINDOW_IMAGES * 0.999:
+            out.append(f"{cell_label(t.engine, t.precision)} ({t.window_s:.2f} s)")
     return out
 
 

@@ -20,6 +20,8 @@ from ...core.protocol import TrialRequest
 from ...runner import UnitRunner, find_cell
 from ...core.watch import Watcher
 from ...core.stats import median, summarize
+from .config import MAX_INTERVAL_SPREAD, STEADY_TOLERANCE
+from .energy import run_steadiness, window_energy, window_readings
 
 
 @dataclass
@@ -32,6 +34,7 @@ class ThroughputPlan:
     budget: Budget | None  # None on --device cpu
     ci_level: float = 0.95
     watcher_factory: Callable[[float | None], Watcher] | None = None
+    steady_tolerance: float = STEADY_TOLERANCE
 
 
 def new_throughput_cell(engine: str, precision: str, batch: int) -> dict[str, Any]:
@@ -59,6 +62,47 @@ def run_figures(out: TrialOutcome) -> tuple[dict[str, Any], str | None]:
     return figs, None
 
 
+def run_quality(result: dict[str, Any] | None, readings: dict[str, list] | None) -> dict[str, Any]:
+    """What the host adds to a run beside its figure: the window's steadiness (from the trial's
+    chunks), the energy and clocks over it (from the watcher's readings, kept with the run)."""
+    r = result or {}
+    w = r.get("window") if isinstance(r.get("window"), dict) else {}
+    return {**run_steadiness(r),
+            "energy": window_energy(readings, w.get("start_unix"), w.get("end_unix"), r.get("images")),
+            "telemetry": readings}
+
+
+def cell_steadiness(runs: list[dict[str, Any]], summary: dict[str, Any] | None, tolerance: float) -> dict[str, Any]:
+    """A cell is steady when every run's window halves agree within the tolerance and its interval of the
+    median spans at most MAX_INTERVAL_SPREAD of the median; `why` names what failed. Runs measured
+    before the window rule carry no halves: `steady` is then None (not measured)."""
+    judged = [r for r in runs if isinstance(r.get("steady"), bool)]
+    unsteady = [r["run"] for r in judged if not r["steady"]]
+    spread = None
+    if summary and summary.get("median") and summary.get("ci_low") is not None and summary.get("ci_high") is not None:
+        spread = (summary["ci_high"] - summary["ci_low"]) / summary["median"]
+    why = []
+    if unsteady:
+        why.append(f"{len(unsteady)} of {len(runs)} runs' window halves differ by more than {tolerance:.0%}")
+    if spread is not None and spread > MAX_INTERVAL_SPREAD:
+        why.append(f"the interval spans {spread:.0%} of the median (more than {MAX_INTERVAL_SPREAD:.0%})")
+    steady = False if why else (True if judged else None)
+    return {"steady": steady, "why": "; ".join(why) or None, "runs_not_steady": unsteady,
+            "runs_judged": len(judged), "tolerance": tolerance, "interval_spread": spread,
+            "max_interval_spread": MAX_INTERVAL_SPREAD}
+
+
+def _medians(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The cell's energy: medians over its runs of joules per image and mean watts (None where no
+    run measured them)."""
+    def med(key: str) -> float | None:
+        vals = [float(e[key]) for e in (r.get("energy") or {} for r in runs)
+                if isinstance(e.get(key), (int, float)) and math.isfinite(e[key])]
+        return median(vals) if vals else None
+    out = {"joules_per_image": med("joules_per_image"), "mean_watts": med("mean_watts"), "runs": len(runs)}
+    return None if out["joules_per_image"] is None and out["mean_watts"] is None else out
+
+
 def replay_problem(cell: dict[str, Any], batch: int, runs: int) -> str | None:
     """Why a recorded cell is not one this configuration's runs could have left, or None."""
     if cell.get("batch", batch) != batch:
@@ -81,6 +125,17 @@ def _max(xs: list[Any]) -> float | None:
     return max(vals) if vals else None
 
 
+def _quality_text(q: dict[str, Any]) -> str:
+    parts = []
+    if q.get("steady") is False:
+        parts.append(f"not steady: halves {q['halves_change']:+.1%}" if q.get("halves_change") is not None
+                     else "not steady")
+    e = q.get("energy") or {}
+    if e.get("joules_per_image") is not None:
+        parts.append(f"{e['joules_per_image']:.3g} J/image, {e['mean_watts']:.0f} W")
+    return "".join(f"; {p}" for p in parts)
+
+
 class ThroughputRunner(UnitRunner):
     """Throughput's cell: `runs` fresh runs at one batch (signals, saving, cleanup: UnitRunner's)."""
 
@@ -99,7 +154,8 @@ class ThroughputRunner(UnitRunner):
         for i, r in enumerate(cell["runs"], 1):
             out = TrialOutcome.from_json(r)
             figs, why = run_figures(out)
-            cell["runs"][i - 1] = {"run": i, **figs, **out.to_json()}
+            kept = r.get("telemetry") if isinstance(r.get("telemetry"), dict) else None
+            cell["runs"][i - 1] = {"run": i, **figs, **run_quality(out.result, kept), **out.to_json()}
             if why is not None:
                 self._finish(cell, f"run {i}/{n} failed — {why}")
                 return
@@ -108,19 +164,34 @@ class ThroughputRunner(UnitRunner):
             what = f"run {i}/{n}"
             req = self._request(engine, precision, batch, None)
             self.view.candidate_started(engine.name, precision, batch, what)
-            out = self.runtime.run(req, timeout_s=self.plan.timeout_s, watcher=self._watcher())
+            watcher = self._watcher()
+            out = self.runtime.run(req, timeout_s=self.plan.timeout_s, watcher=watcher)
             self.view.candidate_done(engine.name, precision, out, what)
             self._record_versions(engine, out)
             figs, why = run_figures(out)
-            cell["runs"].append({"run": i, **figs, **out.to_json()})
+            quality = run_quality(out.result, self._readings(watcher, out.result))
+            cell["runs"].append({"run": i, **figs, **quality, **out.to_json()})
             if why is not None:
                 self._finish(cell, f"run {i}/{n} failed — {why}")
                 self.view.note(f"{engine.name} {precision}: FAILED, {cell['reason']}")
                 return
             self.view.note(f"{engine.name} {precision} {what}: {figs['images_per_second']:,.1f} images/s "
-                           f"(warm-up {figs['warmup_seconds'] or 0:.1f} s)")
+                           f"(warm-up {figs['warmup_seconds'] or 0:.1f} s{_quality_text(quality)})")
             self.save()
         self._finish(cell, None)
+
+    @staticmethod
+    def _readings(watcher: Watcher | None, result: dict[str, Any] | None) -> dict[str, list] | None:
+        """The watcher's energy/clock readings around the trial's window (None: no GPU watcher, or a
+        trial that stamped no window)."""
+        w = (result or {}).get("window")
+        series = getattr(watcher, "telemetry", None)
+        if not series or not isinstance(w, dict):
+            return None
+        start, end = w.get("start_unix"), w.get("end_unix")
+        if not isinstance(start, (int, float)) or not isinstance(end, (int, float)):
+            return None
+        return window_readings(series, float(start), float(end))
 
     def _finish(self, cell: dict[str, Any], failure: str | None) -> None:  # type: ignore[override]
         runs = cell["runs"]
@@ -131,10 +202,13 @@ class ThroughputRunner(UnitRunner):
         }
         if failure is not None:
             # Fail loudly: no summary, no median of the runs that did pass.
-            cell.update(state="done", status="failed", reason=failure, summary=None, warmup_seconds=None)
+            cell.update(state="done", status="failed", reason=failure, summary=None, warmup_seconds=None,
+                        energy=None, steadiness=None)
         else:
             ips = [r["images_per_second"] for r in runs]
             warm = [r["warmup_seconds"] for r in runs if r.get("warmup_seconds") is not None]
-            cell.update(state="done", status="ok", reason="", summary=summarize(ips, self.plan.ci_level),
-                        warmup_seconds=median(warm) if warm else None)
+            summary = summarize(ips, self.plan.ci_level)
+            cell.update(state="done", status="ok", reason="", summary=summary,
+                        warmup_seconds=median(warm) if warm else None, energy=_medians(runs),
+                        steadiness=cell_steadiness(runs, summary, self.plan.steady_tolerance))
         self.save()

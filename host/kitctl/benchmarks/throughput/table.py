@@ -26,6 +26,13 @@ class ThroughputRow:
     maximum: float | None = None
     std: float | None = None
     state: str = "done"
+    # The window rule's measurements (None in artifacts from before it): the cell's median joules per
+    # image and mean watts over its runs, whether it is steady (and why not), its window's median length.
+    joules_per_image: float | None = None
+    mean_watts: float | None = None
+    steady: bool | None = None
+    steady_why: str | None = None
+    window_s: float | None = None
 
 
 def _num(x: Any) -> float | None:
@@ -60,13 +67,29 @@ def throughput_rows(doc: dict[str, Any]) -> list[ThroughputRow]:
             warm = _num(s.get("warmup_seconds"))
         if warm is None:
             warm = _median([float(r["warmup_seconds"]) for r in runs if _num(r.get("warmup_seconds")) is not None])
+        energy = c.get("energy") if isinstance(c.get("energy"), dict) and not failed else {}
+        steadiness = c.get("steadiness") if isinstance(c.get("steadiness"), dict) and not failed else {}
+        windows = [float(r["window_seconds"]) for r in runs if _num(r.get("window_seconds")) is not None]
         rows.append(ThroughputRow(
             c["engine"], c["precision"], c.get("batch", default_batch), median,
             _num(s.get("ci_low")), _num(s.get("ci_high")), _num(s.get("ci_level")), len(runs), warm,
             _num(s.get("min")) if s.get("min") is not None else (min(ips) if ips else None),
             _num(s.get("max")) if s.get("max") is not None else (max(ips) if ips else None),
-            _num(s.get("std")), c.get("state", "done")))
+            _num(s.get("std")), c.get("state", "done"),
+            joules_per_image=_num(energy.get("joules_per_image")), mean_watts=_num(energy.get("mean_watts")),
+            steady=steadiness.get("steady") if isinstance(steadiness.get("steady"), bool) else None,
+            steady_why=steadiness.get("why") if isinstance(steadiness.get("why"), str) else None,
+            window_s=_median(windows) if windows and not failed else None))
     return rows
+
+
+def has_window_rule_columns(rows: list[ThroughputRow]) -> bool:
+    """Whether any row measured energy or steadiness (artifacts from before the window rule: none)."""
+    return any(r.joules_per_image is not None or r.mean_watts is not None or r.steady is not None for r in rows)
+
+
+def steady_text(r: ThroughputRow) -> str:
+    return "—" if r.steady is None else ("yes" if r.steady else "NOT STEADY")
 
 
 def throughput_ratio_pairs(rows: list[ThroughputRow]) -> list[Ratio]:
@@ -74,28 +97,46 @@ def throughput_ratio_pairs(rows: list[ThroughputRow]) -> list[Ratio]:
     return pair_ratios(items, "faster")
 
 
-def print_table(console: Any, model: str, dataset: str, batch: int, doc: dict[str, Any], final: Any) -> None:
-    """The end-of-run table (rich): median and interval per cell, failures, ratios, the artifact."""
+def print_table(console: Any, model: str, dataset: str, batch: int, doc: dict[str, Any], final: Any,
+                image_size: int = 32) -> None:
+    """The end-of-run table (rich): median and interval per cell, energy and steadiness, failures,
+    ratios, the artifact."""
     from rich.table import Table
 
-    t = Table(title=f"Training throughput — {model}, {dataset}, batch {batch:,}")
-    for col in ("Engine", "Precision", "images/s (median)", "±CI", "runs", "warm-up s"):
+    rows = throughput_rows(doc)
+    extra = has_window_rule_columns(rows)
+    size = "" if image_size == 32 else f" {image_size}×{image_size}"
+    t = Table(title=f"Training throughput — {model}, {dataset}{size}, batch {batch:,}")
+    cols = ["Engine", "Precision", "images/s (median)", "±CI", "runs", "warm-up s"]
+    if extra:
+        cols += ["window s", "J/image", "W", "steady"]
+    for col in cols:
         t.add_column(col, justify="left" if col in ("Engine", "Precision") else "right")
-    for r, c in zip(throughput_rows(doc), doc["results"]):
+    for r, c in zip(rows, doc["results"]):
         label = engine_label(r.engine)
         if c.get("status") == "failed":
-            t.add_row(label, r.precision, "[red]FAILED[/red]", "—", str(len(c["runs"])), "—")
+            t.add_row(label, r.precision, "[red]FAILED[/red]", "—", str(len(c["runs"])), "—",
+                      *(["—"] * (len(cols) - 6)))
             continue
         ci = "—"
         if r.median is not None and r.ci_low is not None and r.ci_high is not None:
             level = f"{r.ci_level * 100:.2f}".rstrip("0").rstrip(".") + "%: " if r.ci_level else ""
             ci = f"±{(r.ci_high - r.ci_low) / 2:,.1f} ({level}{r.ci_low:,.1f}–{r.ci_high:,.1f})"
+        more = []
+        if extra:
+            more = [f"{r.window_s:.1f}" if r.window_s is not None else "—",
+                    f"{r.joules_per_image:.3g}" if r.joules_per_image is not None else "—",
+                    f"{r.mean_watts:,.0f}" if r.mean_watts is not None else "—",
+                    "[yellow]NOT STEADY[/yellow]" if r.steady is False else steady_text(r)]
         t.add_row(label, r.precision, f"{r.median:,.1f}" if r.median is not None else "—", ci, str(r.runs),
-                  f"{r.warmup_s:.1f}" if r.warmup_s is not None else "—")
+                  f"{r.warmup_s:.1f}" if r.warmup_s is not None else "—", *more)
     console.print(t)
     for c in doc["results"]:
         if c.get("status") == "failed":
             console.print(f"FAILED {c['engine']} {c['precision']}: {c['reason']}")
+    for r in rows:
+        if r.steady is False:
+            console.print(f"not steady: {r.engine} {r.precision}: {r.steady_why} (its figure is kept)")
     for r in throughput_ratio_pairs(throughput_rows(doc)):
         console.print(r.text())
     methods = {(c.get("summary") or {}).get("ci_method") for c in doc["results"]} - {None}
