@@ -8,7 +8,9 @@ list`. Regenerated once on purpose since: after the throughput partial caveat (r
 runs so far) and the cuDNN autotuning row (engines whose trial turns it on) were fixed — only those
 six renderings changed — and with the artifacts added to results/ that day. Again on 2026-12-02: a resumed
 run's span now says "from the first start to the end, across N invocations" (the 10 renderings of
-resumed artifacts changed, nothing else), with that day's artifacts added. A rendering that raised is recorded as its exception's type. Files added to results/ later
+resumed artifacts changed, nothing else), with that day's artifacts added. Again the same day: the throughput
+artifacts from before the window rule carry a "Window too short to be steady" caveat (only the reports of
+those artifacts changed, by that line), with the window rule's H200 artifacts added. A rendering that raised is recorded as its exception's type. Files added to results/ later
 are not in the snapshot and are not checked here (the typed-view test below still reads them).
 Regenerate only on purpose: `KITCTL_UPDATE_RENDERS=1 python3 -m pytest -q tests/test_committed_renders.py`.
 """

@@ -9,7 +9,7 @@
 #   compile32  pytorch-compile-graphs, pytorch-compile at 32x32, batch 128 (COMPILE_RUNS, default 3)
 #   img224     IMG_ENGINES (default pytorch-cudagraph,jax-xla) at 224x224, batch IMG_BATCH (default 256),
 #              IMG_RUNS runs (default 3)
-#   resume     RESUME=<partial> --resume it
+#   resume     RESUME=<partial> --resume it on GPU 0 (a fresh machine is another card of the same kind)
 #   old50      jax-xla fp32 with the old fixed window (--warmup-steps 10 --steps 50), RUNS runs: the same
 #              call measures what the window rule replaced
 set -u
@@ -38,7 +38,7 @@ for step in "$@"; do
     compile32) tp --engines pytorch-compile-graphs,pytorch-compile --runs "${COMPILE_RUNS:-3}" ;;
     img224) tp --engines "${IMG_ENGINES:-pytorch-cudagraph,jax-xla}" --runs "${IMG_RUNS:-3}" --image-size 224 \
               --batch "${IMG_BATCH:-256}" ;;
-    resume) kit run throughput --resume "${RESUME:?RESUME=<partial>}" ;;
+    resume) kit run throughput --resume "${RESUME:?RESUME=<partial>}" --gpu 0 ;;  # another machine: another UUID
     old50) kit run throughput --runtime local --engines jax-xla --precision fp32 --runs "$RUNS" --warmup-steps 10 --steps 50 ;;
     *) say "unknown step $step" ;;
   esac

@@ -9,6 +9,7 @@ per file.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import urllib.parse
 from datetime import datetime
@@ -71,7 +72,9 @@ def title(src: Source) -> str:
         if cfg.model is None:  # the data benchmarks: no model, their own data
             return f"{what} · {src.machine_short}"
         model = _MODEL_NAMES.get(cfg.model, cfg.model)
-        return f"{what} — {model}, {cfg.dataset} data · {src.machine_short}"
+        size = re.match(r"\s*(\d+)x(\d+)x", str(cfg.input or ""))
+        geometry = f" {size.group(1)}×{size.group(2)}" if size and size.group(1) != "32" else ""  # 32: as ever
+        return f"{what} — {model}, {cfg.dataset} data{geometry} · {src.machine_short}"
     return f"Reference max batch — {src.doc.get('dataset', '?')} · {src.machine_short}"
 
 

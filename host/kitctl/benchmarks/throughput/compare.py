@@ -15,9 +15,6 @@ def _data_diffs(old: Source, new: Source) -> list[str]:
                       ("batch", old.config.own.batch, new.config.own.batch)):
         if o != n:
             out.append(f"{key} ({o} vs {n})")
-    size_o, size_n = (s.config.own.image_size if isinstance(s.config.own.image_size, int) else 32 for s in (old, new))
-    if size_o != size_n:
-        out.append(f"image size ({size_o} vs {size_n})")
     rule_o, rule_n = (s.config.own.window_rule if isinstance(s.config.own.window_rule, str) else None
                       for s in (old, new))
     if (rule_o or rule_n) and rule_o != rule_n:  # one measured under the window rule, the other not (or another)

@@ -91,10 +91,10 @@ def caveats_protocol(src: Source) -> list[str]:
                    "read it as a range, not a rank.")
     short = _short_windows(src)
     if short:
-        out.append(f"**Window too short to be steady** — {join(short)}: measured with a fixed window of a few "
-                   f"steps, before kitctl's window rule (at least {WINDOW_IMAGES:,} images and {WINDOW_SECONDS:g} s, "
-                   "after a warm-up until steady); start-up effects sit inside the window, so these figures can "
-                   "understate an engine and rank engines by how soon they reach speed.")
+        out.append(f"**Window too short to be steady** — {join(short)} (median timed window): measured with a fixed "
+                   f"number of timed steps, shorter than the window rule's (at least {WINDOW_IMAGES:,} images and "
+                   f"{WINDOW_SECONDS:g} s, after a warm-up until steady); start-up effects can sit inside such a window, "
+                   "so these figures can understate an engine and rank engines by how soon they reach speed.")
     return out
 
 
