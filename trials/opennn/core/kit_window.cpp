@@ -123,15 +123,11 @@ double unix_offset_now()
 WindowController::WindowController(WindowRequest request, EpochGeometry geometry)
     : request_(std::move(request)), geometry_(geometry)
 {
+    // The adaptive warm-up measures its bound from the end of the engine's minimum: at least one epoch.
     if (geometry_.steps_per_epoch < 1 || geometry_.batch < 1 || geometry_.chunk_epochs < 1 ||
-        geometry_.min_warmup_epochs < 0 || geometry_.fixed_warmup_epochs < 0 || geometry_.fixed_timed_epochs < 1)
+        geometry_.min_warmup_epochs < 1 || geometry_.fixed_warmup_epochs < 0 || geometry_.fixed_timed_epochs < 1)
         throw TrialError("internal: invalid epoch geometry for the throughput window");
     if (!request_.warmup_by_rule && geometry_.fixed_warmup_epochs == 0) warmup_epochs_ = 0;
-    if (request_.warmup_by_rule && geometry_.min_warmup_epochs == 0)
-    {
-        // No minimum: the adaptive phase starts with the first epoch (at its start).
-        if (request_.max_warmup_seconds <= 0) end_warmup(-1, false);
-    }
 }
 
 int64_t WindowController::initial_maximum_epochs() const
@@ -141,12 +137,7 @@ int64_t WindowController::initial_maximum_epochs() const
     return kEpochCap;
 }
 
-void WindowController::epoch_started(int64_t epoch, Clock::time_point when)
-{
-    started_.emplace(epoch, when);
-    if (request_.warmup_by_rule && geometry_.min_warmup_epochs == 0 && epoch == 0 && !adaptive_from_)
-        adaptive_from_ = when;
-}
+void WindowController::epoch_started(int64_t epoch, Clock::time_point when) { started_.emplace(epoch, when); }
 
 void WindowController::end_warmup(int64_t after_epoch, std::optional<bool> converged)
 {
@@ -228,16 +219,17 @@ std::vector<double> WindowController::chunk_seconds() const
     const int64_t first = *warmup_epochs_, last = *last_epoch_;
     const int64_t chunk = request_.window_by_rule ? geometry_.chunk_epochs
                                                   : (timed_epochs() % geometry_.chunk_epochs == 0 ? geometry_.chunk_epochs : 1);
+    // Chunk boundaries: each chunk's first "Epoch:" line, then the last epoch's end.
+    std::vector<Clock::time_point> bounds;
     for (int64_t e = first; e <= last; e += chunk)
     {
-        const auto begin = started_.find(e);
-        const int64_t next = e + chunk;
-        const auto end = next > last ? finished_.find(last) : started_.find(next);
-        if (begin == started_.end() || end == (next > last ? finished_.end() : started_.end()))
-            throw TrialError("cannot time the chunks: epoch " + std::to_string(next > last ? last : next) +
-                             (next > last ? " never ended" : " was never announced"));
-        out.push_back(seconds(end->second - begin->second));
+        const auto it = started_.find(e);
+        if (it == started_.end())
+            throw TrialError("cannot time the chunks: epoch " + std::to_string(e) + " was never announced");
+        bounds.push_back(it->second);
     }
+    bounds.push_back(finished_.at(last));  // epoch_finished(last) closed the window
+    for (size_t i = 0; i + 1 < bounds.size(); ++i) out.push_back(seconds(bounds[i + 1] - bounds[i]));
     return out;
 }
 
