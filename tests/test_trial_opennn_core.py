@@ -10,6 +10,7 @@ trials/common/kittrial.py's.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -84,8 +85,39 @@ def run_ok(build, *flags, **kw):
 MAXBATCH = ("--benchmark", "maxbatch", "--batch", 12, "--mode", "pool1")
 
 
+def _number_at_least(low):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = None
+        if value is None or not math.isfinite(value) or value < low:
+            raise argparse.ArgumentTypeError(f"must be a number >= {low}, got {text!r}")
+        return value
+    return parse
+
+
+def reference_parser() -> argparse.ArgumentParser:
+    """kittrial's parser, with the throughput window's flags (protocol v1 additions) as the
+    lead's spec gives them where this kittrial does not define them yet: the C++ core must give
+    argparse's messages for them too. Once kittrial has them, kittrial's own definitions rule."""
+    parser = kittrial.build_parser(MODES)
+    known = parser._option_string_actions
+    if "--image-size" not in known:
+        parser.add_argument("--image-size", type=kittrial._positive_int, default=32)
+    if "--window-images" not in known:
+        parser.add_argument("--window-images", type=kittrial._positive_int, default=None)
+    if "--window-seconds" not in known:
+        parser.add_argument("--window-seconds", type=_number_at_least(0), default=None)
+    if "--steady-tolerance" not in known:
+        parser.add_argument("--steady-tolerance", type=_number_at_least(0), default=0.02)
+    if "--max-warmup-seconds" not in known:
+        parser.add_argument("--max-warmup-seconds", type=_number_at_least(0), default=120.0)
+    return parser
+
+
 def python_args(*flags):
-    return kittrial.build_parser(MODES).parse_args([str(f) for f in flags])
+    return reference_parser().parse_args([str(f) for f in flags])
 
 
 # ------------------------------------------------------------------------------ unit tests
@@ -166,9 +198,21 @@ def test_diagnostics_never_reach_stdout_and_the_tree_is_removed(build):
     ["--benchmark", "maxbatch", "--batch", "3", "--mode", "pool1", "extra", "--nope"],
     ["--benchmark", "maxbatch", "--batch"],
     ["--benchmark", "maxbatch", "--batch", "3", "--mode", "pool1", "--dataset", "imagenet"],
+    # The throughput window's flags (a trial that did not know them would fail every run).
+    ["--benchmark", "throughput", "--batch", "3", "--mode", "graph", "--image-size", "0"],
+    ["--benchmark", "throughput", "--batch", "3", "--mode", "graph", "--window-images", "0"],
+    ["--benchmark", "throughput", "--batch", "3", "--mode", "graph", "--window-images", "1e5"],
+    ["--benchmark", "throughput", "--batch", "3", "--mode", "graph", "--window-seconds", "-5"],
+    ["--benchmark", "throughput", "--batch", "3", "--mode", "graph", "--window-seconds", "five"],
+    ["--benchmark", "throughput", "--batch", "3", "--mode", "graph", "--window-seconds", "inf"],
+    ["--benchmark", "throughput", "--batch", "3", "--mode", "graph", "--steady-tolerance", "nan"],
+    ["--benchmark", "throughput", "--batch", "3", "--mode", "graph", "--steady-tolerance", "0x1"],
+    ["--benchmark", "throughput", "--batch", "3", "--mode", "graph", "--max-warmup-seconds", "-0.5"],
+    ["--benchmark", "throughput", "--batch", "3", "--mode", "graph", "--max-warmup-seconds"],
+    ["--benchmark", "throughput", "--batch", "3", "--mode", "graph", "--window", "5"],
 ])
 def test_bad_flags_give_argparses_message_in_a_result_line(build, argv):
-    parser = kittrial.build_parser(MODES)
+    parser = reference_parser()
     with pytest.raises(SystemExit):
         parser.parse_args(argv)
     rc, out, _ = fake_trial(build, *argv)
@@ -185,6 +229,21 @@ def test_flag_spellings_match_argparse(build):
     _, result, _ = run_ok(build, *argv)
     assert (result["batch"], result["settings"]["seed"], result["settings"]["steps"]) == (args.batch, args.seed, 10)
     assert result["settings"]["cudnn_benchmark"] is True
+
+
+def test_window_flags_are_parsed_like_argparse_and_recorded(build):
+    argv = ["--benchmark", "throughput", "--batch", 4, "--mode", "pool1", "--image-size=32", "--window-im", "1_000",
+            "--window-seconds", " .05 ", "--steady-tolerance", "5e-1", "--max-warmup-seconds", "1_0"]
+    args = python_args(*argv)
+    rc, result, err = run_ok(build, *argv)
+    assert rc == 0 and result["status"] == "ok", err[-3000:]
+    settings = result["settings"]
+    assert (settings["image_size"], settings["window_images"], settings["window_seconds"],
+            settings["steady_tolerance"], settings["max_warmup_seconds"]) == (
+        args.image_size, args.window_images, args.window_seconds, args.steady_tolerance, args.max_warmup_seconds)
+    assert settings["steps"] is None and settings["warmup_steps"] is None  # the rule decides them
+    assert result["window"]["rule"] == "at least 1000 images and 0.05 s"
+    assert result["warmup"]["rule"] == "until two successive chunks within 0.5 (at most 10 s)"
 
 
 def test_help_prints_usage_and_no_result_line(build):
@@ -258,6 +317,194 @@ def test_graph_modes_refuse_maxbatch_and_oversized_batches_in_one_line(build):
     rc, result, _ = run_ok(build, *GRAPH, env_extra={"KIT_FAKE_DATASET_IMAGES": "100"})
     assert rc == 1 and "batch 128 does not fit the 100-image dataset" in result["error"]
 
+# ------------------------------------------------------ the window rule (protocol v1 additions)
+
+WINDOW_KEYS = ["rule", "steps", "images", "seconds", "chunk_steps", "chunk_seconds", "chunk_device_seconds",
+               "start_unix", "end_unix", "first_half_ips", "second_half_ips", "halves_change", "tolerance", "steady"]
+WARMUP_KEYS = ["rule", "steps", "seconds", "converged", "chunk_rates"]
+SMALL = {"KIT_FAKE_DATASET_IMAGES": "2048"}  # 16 steps of 128 an epoch, nothing dropped
+
+
+def check_window(result, tolerance=0.02):
+    """The window's own arithmetic, recomputed: images, chunk sums, halves and steadiness."""
+    w = result["window"]
+    assert list(w) == WINDOW_KEYS and list(result["warmup"]) == WARMUP_KEYS
+    assert w["images"] == result["images"] == w["steps"] * result["batch"]
+    assert w["seconds"] == result["window_seconds"]
+    assert result["images_per_second"] == pytest.approx(w["images"] / w["seconds"])
+    chunks = w["chunk_seconds"]
+    assert w["steps"] == w["chunk_steps"] * len(chunks)
+    assert sum(chunks) == pytest.approx(w["seconds"], rel=1e-9)
+    assert w["end_unix"] - w["start_unix"] == pytest.approx(w["seconds"], abs=1e-5)
+    assert w["chunk_device_seconds"] is None and w["tolerance"] == tolerance
+    if len(chunks) < 2:
+        assert w["first_half_ips"] is w["second_half_ips"] is w["halves_change"] is w["steady"] is None
+        return w
+    half = len(chunks) // 2
+    per_chunk = w["chunk_steps"] * result["batch"]
+    first = per_chunk * half / sum(chunks[:half])
+    second = per_chunk * (len(chunks) - half) / sum(chunks[half:])
+    assert w["first_half_ips"] == pytest.approx(first) and w["second_half_ips"] == pytest.approx(second)
+    assert w["halves_change"] == pytest.approx((second - first) / first)
+    assert w["steady"] is (abs(w["halves_change"]) <= tolerance)
+    return w
+
+
+def test_old_hosts_keep_the_fixed_counts_with_every_window_key(build):
+    rc, result, err = run_ok(build, *GRAPH, env_extra=SMALL)
+    assert rc == 0, err[-3000:]
+    w = check_window(result)
+    assert (w["rule"], result["warmup"]["rule"]) == ("fixed: 50 steps", "fixed: 10 steps")
+    # W 10 / S 50 at 16 steps an epoch: 1 warm-up epoch, 4 timed (the fewest holding 50 steps).
+    assert (w["steps"], w["chunk_steps"], len(w["chunk_seconds"])) == (64, 16, 4)
+    assert result["warmup"]["steps"] == 16 and result["warmup"]["converged"] is None
+    assert result["warmup"]["seconds"] == result["warmup_seconds"]
+
+
+def test_the_rule_takes_the_fewest_whole_epochs_holding_the_images(build):
+    # 5,000 images at 2,048 trained images an epoch: 3 epochs; 4,096 would be 2.
+    rc, result, err = run_ok(build, *GRAPH, "--warmup-steps", 16, "--window-images", 5000, env_extra=SMALL)
+    assert rc == 0, err[-3000:]
+    w = check_window(result)
+    assert w["rule"] == "at least 5000 images and 0 s"
+    assert (w["images"], w["steps"], w["chunk_steps"], len(w["chunk_seconds"])) == (6144, 48, 16, 3)
+    plan = result["settings"]["epoch_plan"]
+    assert (plan["settled"], plan["warmup_epochs"], plan["timed_epochs"], plan["timed_epochs_for_images"]) == (
+        True, 1, 3, 3)
+    _, exact, _ = run_ok(build, *GRAPH, "--warmup-steps", 16, "--window-images", 4096, env_extra=SMALL)
+    assert exact["window"]["steps"] == 32
+
+
+def test_the_rule_lasts_at_least_the_seconds_and_stops_at_the_first_epoch_past_them(build):
+    # Epochs of >= 30 ms: the window closes at the first epoch end at or past 0.2 s, so without
+    # its last epoch it would have been short (what "fewest whole epochs" means, measured).
+    rc, result, err = run_ok(build, *GRAPH, "--warmup-steps", 16, "--window-images", 1, "--window-seconds", 0.2,
+                             env_extra={**SMALL, "KIT_FAKE_EPOCH_MS": "5,30"})
+    assert rc == 0, err[-3000:]
+    w = check_window(result)
+    assert w["seconds"] >= 0.2 > w["seconds"] - w["chunk_seconds"][-1]
+    assert 2 <= len(w["chunk_seconds"]) <= 7  # 0.2 s / 30 ms: at most 7 epochs
+    assert result["settings"]["epoch_plan"]["timed_epochs"] == len(w["chunk_seconds"])
+
+
+def test_the_adaptive_warmup_ends_when_two_successive_epoch_rates_agree(build):
+    # Epoch 0 is the minimum; epochs of 60, 20, 20 ... ms: their rates agree from the 20 ms ones on.
+    rc, result, err = run_ok(build, *GRAPH, "--window-images", 2048, "--steady-tolerance", 0.5,
+                             env_extra={**SMALL, "KIT_FAKE_EPOCH_MS": "100,60,20"})
+    assert rc == 0, err[-3000:]
+    check_window(result, tolerance=0.5)
+    warmup = result["warmup"]
+    rates = warmup["chunk_rates"]
+    assert warmup["converged"] is True and len(rates) >= 2
+    assert warmup["steps"] == 16 * (1 + len(rates))  # epoch 0 + the adaptive epochs
+
+    def within(a, b):
+        return abs(b - a) / ((a + b) / 2) <= 0.5
+    assert within(rates[-2], rates[-1])
+    assert not any(within(a, b) for a, b in zip(rates[:-2], rates[1:-1]))  # it ended at the first agreement
+    assert warmup["rule"] == "until two successive chunks within 0.5 (at most 120 s)"
+
+    _, bounded, _ = run_ok(build, *GRAPH, "--window-images", 2048, "--max-warmup-seconds", 0, env_extra=SMALL)
+    assert bounded["warmup"]["converged"] is False and bounded["warmup"]["chunk_rates"] == []
+    assert bounded["warmup"]["steps"] == 16 and bounded["status"] == "ok"
+
+
+def test_steps_given_override_the_rule(build):
+    rc, result, _ = run_ok(build, *GRAPH, "--warmup-steps", 20, "--steps", 33, "--window-images", 99840,
+                           "--window-seconds", 5, env_extra=SMALL)
+    assert rc == 0
+    w = check_window(result)
+    assert w["rule"] == "fixed: 33 steps" and w["steps"] == 48  # 3 whole epochs of 16 hold 33 steps
+    assert result["warmup"]["rule"] == "fixed: 20 steps" and result["warmup"]["steps"] == 32
+    assert (result["settings"]["steps"], result["settings"]["warmup_steps"]) == (33, 20)
+
+
+def test_one_batch_modes_time_the_rule_in_50_step_chunks(build):
+    # pool1/default: the dataset is one batch, an epoch one step; chunks are 50 steps.
+    rc, result, err = run_ok(build, "--benchmark", "throughput", "--batch", 128, "--mode", "pool1",
+                             "--window-images", 12800, "--steady-tolerance", 0.5, env_extra={"KIT_FAKE_EPOCH_MS": "3,1"})
+    assert rc == 0, err[-3000:]
+    w = check_window(result, tolerance=0.5)
+    assert (w["steps"], w["chunk_steps"], len(w["chunk_seconds"])) == (100, 50, 2)
+    assert result["images"] == 12800
+    warmup = result["warmup"]
+    assert warmup["steps"] == 1 + 50 * len(warmup["chunk_rates"]) and warmup["converged"] is True
+    # loss_warmup is the last warm-up epoch's loss (the fake's loss after epoch k: 2.3 / (k + 1)).
+    assert result["loss_warmup"] == pytest.approx(2.3 / warmup["steps"])
+    # Fixed counts: the chunk is the largest divisor of S not over 50.
+    _, fixed, _ = run_ok(build, "--benchmark", "throughput", "--batch", 8, "--mode", "default", "--steps", 78)
+    assert (fixed["window"]["chunk_steps"], len(fixed["window"]["chunk_seconds"])) == (39, 2)
+    check_window(fixed)
+
+
+# ------------------------------------------------------------ opennn_figures beside the naive one
+
+def figures_of(result):
+    f, inputs = result["opennn_figures"], result["settings"]["opennn_figures"]
+    assert list(f) == ["naive_ips", "executed_steps", "executed_ips", "runner_style_ips"]
+    return f, inputs
+
+
+def test_opennn_figures_set_executed_steps_beside_a_refused_graph_figure(build):
+    # 2,200 images at 128: 17 steps an epoch, two 8-step groups + 1 eager step. The "short" audit:
+    # one group an epoch replays the one-step warm-up graph -> 8 + 1 + 1 = 10 steps ran of 17.
+    rc, result, _ = run_ok(build, *GRAPH, "--warmup-steps", 17, "--window-images", 4352,
+                           env_extra={"KIT_FAKE_DATASET_IMAGES": "2200", "KIT_FAKE_GRAPH": "short"})
+    assert rc == 1 and result["status"] == "error" and "smaller than a full 8-step group" in result["error"]
+    f, inputs = figures_of(result)
+    window = result["window_seconds"]
+    assert result["settings"]["epoch_plan"]["eager_tail_steps_per_epoch"] == 1
+    assert result["settings"]["cuda_graph_audit"]["timed_graph_steps_estimate"] == 2 * 9
+    assert f["executed_steps"] == 2 * 9 + 2 * 1 == 20
+    assert f["naive_ips"] == pytest.approx(34 * 128 / window) == result["images_per_second"]
+    assert f["executed_ips"] == pytest.approx(20 * 128 / window)
+    assert inputs["train_epochs"] == 3 and inputs["dataset_images"] == 2200
+    # opennn_resnet50_speed.cpp: long(double(samples) / (total_s / epochs)), the same operations.
+    assert f["runner_style_ips"] == int(2200 / (inputs["train_seconds"] / 3))
+    assert inputs["train_seconds"] == result["settings"]["train_seconds"] > window
+    assert "timed_graph_steps_estimate + timed_epochs x eager_tail_steps_per_epoch" in inputs["executed_steps"]
+    check_window(result)
+
+
+def test_opennn_figures_on_an_ok_run_count_every_step(build):
+    rc, result, _ = run_ok(build, *GRAPH, "--warmup-steps", 1, "--steps", 1,
+                           env_extra={"KIT_FAKE_DATASET_IMAGES": "2200"})
+    assert rc == 0
+    f, _ = figures_of(result)
+    assert f["executed_steps"] == 17 and f["executed_ips"] == pytest.approx(result["images_per_second"])
+    rc, result, _ = run_ok(build, "--benchmark", "throughput", "--batch", 128, "--mode", "resident",
+                           "--warmup-steps", 1, "--steps", 1, env_extra={"KIT_FAKE_DATASET_IMAGES": "2200"})
+    assert rc == 0 and figures_of(result)[0]["executed_steps"] == 17
+
+
+# ------------------------------------------------------------------------------ --image-size
+
+def test_imagenet_side_for_the_one_batch_modes(build):
+    rc, result, err = run_ok(build, "--benchmark", "maxbatch", "--batch", 3, "--mode", "pool1", "--image-size", 224,
+                             "--seed", 2)
+    assert rc == 0, err[-3000:]
+    data = result["settings"]["data"]
+    assert data["shape_hwc"] == [224, 224, 3] and data["images_checked"] == 3 and data["image_size"] == 224
+    assert data["digest"] == fnv1a64(*splitmix64_batch(3, 2, side=224))
+    assert result["settings"]["image_size"] == 224 and "window" not in result
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--mode", "graph", "--benchmark", "throughput", "--image-size", 224],
+     "opennn-graph runs --image-size 32 only: at 224 its GPU-resident dataset of 50000 images would need about 30 GB "
+     "of GPU memory"),
+    (["--mode", "resident", "--benchmark", "throughput", "--image-size", 64], "opennn-resident runs --image-size 32 only"),
+    (["--mode", "pool1", "--benchmark", "maxbatch", "--image-size", 64],
+     "opennn-pool1 runs --image-size 32 (CIFAR-10's geometry) or 224 (ImageNet's), got 64"),
+    (["--mode", "default", "--benchmark", "maxbatch", "--image-size", 224, "--dataset", "cifar10", "--data-dir", "/x"],
+     "--dataset cifar10 has 32x32 images: --image-size 224 needs --dataset synthetic"),
+])
+def test_sides_an_engine_cannot_run_are_refused_in_one_line(build, argv, message):
+    rc, result, _ = run_ok(build, "--batch", 4, *argv)
+    assert rc == 1 and result["status"] == "error" and result["error"].startswith(message)
+    assert "\n" not in result["error"]
+
+
 # ------------------------------------------------------------------------------- failures
 
 @pytest.mark.parametrize("outcome, status, fragment", [
@@ -315,17 +562,18 @@ def fnv1a64(images: np.ndarray, labels: np.ndarray) -> str:
     return f"fnv1a64:{h:016x}"
 
 
-def splitmix64_batch(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def splitmix64_batch(n: int, seed: int, side: int = 32) -> tuple[np.ndarray, np.ndarray]:
     """The documented synthetic generator, independently in Python."""
     mask = (1 << 64) - 1
+    size = n * side * side * 3
     state, out = seed & mask, bytearray()
-    while len(out) < n * 3072:
+    while len(out) < size:
         state = (state + 0x9E3779B97F4A7C15) & mask
         z = state
         z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
         z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
         out += (z ^ (z >> 31)).to_bytes(8, "little")
-    images = np.frombuffer(bytes(out[:n * 3072]), dtype=np.uint8)
+    images = np.frombuffer(bytes(out[:size]), dtype=np.uint8)
     return images, np.arange(n) % 10
 
 

@@ -1,7 +1,12 @@
 #include "kit_args.h"
 
+#include "kit_json.h"
+
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <sstream>
@@ -57,6 +62,39 @@ bool python_int(const std::string& text, int64_t& value)
     return true;
 }
 
+// Python's float(): surrounding whitespace, an optional sign, a decimal or exponent literal with
+// single underscores between digits, or inf/infinity/nan in any case. Hexadecimal (which strtod
+// takes and Python's float() does not) is refused.
+bool python_float(const std::string& text, double& value)
+{
+    size_t b = 0, e = text.size();
+    while (b < e && std::isspace(static_cast<unsigned char>(text[b]))) ++b;
+    while (e > b && std::isspace(static_cast<unsigned char>(text[e - 1]))) --e;
+    if (b == e) return false;
+    std::string plain;
+    for (size_t i = b; i < e; ++i)
+    {
+        const char c = text[i];
+        if (c == 'x' || c == 'X' || c == 'p' || c == 'P') return false;
+        if (c == '_')
+        {
+            const bool digit_before = i > b && std::isdigit(static_cast<unsigned char>(text[i - 1]));
+            const bool digit_after = i + 1 < e && std::isdigit(static_cast<unsigned char>(text[i + 1]));
+            if (!digit_before || !digit_after) return false;
+            continue;
+        }
+        plain += c;
+    }
+    errno = 0;
+    char* end = nullptr;
+    const double v = std::strtod(plain.c_str(), &end);
+    if (end != plain.c_str() + plain.size()) return false;
+    // strtod's ERANGE on underflow still returns the (tiny or zero) value Python returns;
+    // on overflow both give inf.
+    value = v;
+    return true;
+}
+
 std::string quoted(const std::string& s) { return "'" + s + "'"; }
 
 // kittrial._positive_int / _non_negative_int: the message argparse shows after "argument X: ".
@@ -65,6 +103,16 @@ std::string bounded_int(const std::string& text, int64_t minimum, int64_t& out)
     int64_t value = 0;
     if (!python_int(text, value) || value < minimum)
         return std::string("must be an integer >= ") + std::to_string(minimum) + ", got " + quoted(text);
+    out = value;
+    return "";
+}
+
+// A finite number >= minimum: the message argparse shows after "argument X: ".
+std::string bounded_float(const std::string& text, double minimum, double& out)
+{
+    double value = 0;
+    if (!python_float(text, value) || !std::isfinite(value) || value < minimum)
+        return std::string("must be a number >= ") + json_number(minimum) + ", got " + quoted(text);
     out = value;
     return "";
 }
@@ -104,6 +152,20 @@ std::vector<Option> options(const std::vector<std::string>& modes)
     o.push_back({"--warmup-steps", "WARMUP_STEPS", {}, false, at_least(&Args::warmup_steps, 0)});
     o.push_back({"--steps", "STEPS", {}, false, at_least(&Args::steps, 1)});
     o.push_back({"--cudnn-benchmark", "", {}, false, nullptr});  // store_true
+    o.push_back({"--image-size", "IMAGE_SIZE", {}, false,
+                 [](Args& a, const std::string& v) { return bounded_int(v, 1, a.image_size); }});
+    o.push_back({"--window-images", "WINDOW_IMAGES", {}, false, at_least(&Args::window_images, 1)});
+    o.push_back({"--window-seconds", "WINDOW_SECONDS", {}, false,
+                 [](Args& a, const std::string& v) {
+                     double x = 0;
+                     std::string err = bounded_float(v, 0, x);
+                     if (err.empty()) a.window_seconds = x;
+                     return err;
+                 }});
+    o.push_back({"--steady-tolerance", "STEADY_TOLERANCE", {}, false,
+                 [](Args& a, const std::string& v) { return bounded_float(v, 0, a.steady_tolerance); }});
+    o.push_back({"--max-warmup-seconds", "MAX_WARMUP_SECONDS", {}, false,
+                 [](Args& a, const std::string& v) { return bounded_float(v, 0, a.max_warmup_seconds); }});
     // Options with choices show them as the metavar, as argparse does.
     for (Option& opt : o)
         if (opt.metavar.empty() && !opt.choices.empty())
@@ -278,6 +340,23 @@ std::pair<int64_t, int64_t> step_counts(const Args& args)
 {
     if (args.benchmark == "maxbatch") return {1, 1};
     return {args.warmup_steps.value_or(kThroughputWarmupSteps), args.steps.value_or(kThroughputSteps)};
+}
+
+namespace
+{
+
+bool window_flags(const Args& args) { return args.window_images.has_value() || args.window_seconds.has_value(); }
+
+}  // namespace
+
+bool window_by_rule(const Args& args)
+{
+    return args.benchmark == "throughput" && !args.steps && window_flags(args);
+}
+
+bool warmup_by_rule(const Args& args)
+{
+    return args.benchmark == "throughput" && !args.warmup_steps && window_flags(args);
 }
 
 }  // namespace kit

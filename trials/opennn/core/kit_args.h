@@ -17,6 +17,12 @@ namespace kit
 inline constexpr int64_t kThroughputWarmupSteps = 10;
 inline constexpr int64_t kThroughputSteps = 50;
 
+// The throughput window's defaults (protocol v1 additions): the input side, the tolerance that
+// ends the adaptive warm-up and judges the window's halves, and the adaptive warm-up's bound.
+inline constexpr int64_t kImageSize = 32;
+inline constexpr double kSteadyTolerance = 0.02;
+inline constexpr double kMaxWarmupSeconds = 120;
+
 struct Args
 {
     std::string benchmark;              // maxbatch | throughput (required)
@@ -32,6 +38,11 @@ struct Args
     std::optional<int64_t> warmup_steps;  // >= 0
     std::optional<int64_t> steps;         // >= 1
     bool cudnn_benchmark = false;
+    int64_t image_size = kImageSize;             // >= 1: input side (engines refuse what they cannot run)
+    std::optional<int64_t> window_images;        // >= 1: the timed window holds at least this many images
+    std::optional<double> window_seconds;        // >= 0: ... and lasts at least this long
+    double steady_tolerance = kSteadyTolerance;  // >= 0
+    double max_warmup_seconds = kMaxWarmupSeconds;  // >= 0
 };
 
 struct ParseResult
@@ -47,7 +58,16 @@ ParseResult parse_args(const std::vector<std::string>& argv, const std::vector<s
 std::string usage(const std::string& program, const std::vector<std::string>& modes);
 
 // (warm-up steps, measured steps): max-batch is fixed at (1, 1); throughput takes the flags
-// or the defaults above (kittrial.step_counts).
+// or the defaults above (kittrial.step_counts). Under the window rule (window_rule() below) a
+// count the rule decides is the default here and means nothing: use the rule.
 std::pair<int64_t, int64_t> step_counts(const Args& args);
+
+// Which parts of a throughput run the window rule decides (protocol v1 additions): the window,
+// when --window-images or --window-seconds is given and --steps is not; the warm-up (adaptive),
+// when --window-images or --window-seconds is given and --warmup-steps is not. --steps and
+// --warmup-steps, when given, override their part; with neither flag nor --window-*, the old
+// fixed defaults (W 10, S 50) apply. Max-batch is always fixed.
+bool window_by_rule(const Args& args);
+bool warmup_by_rule(const Args& args);
 
 }  // namespace kit

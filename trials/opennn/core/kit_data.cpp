@@ -27,11 +27,12 @@ uint64_t SplitMix64::next()
     return z ^ (z >> 31);
 }
 
-ImageBatch synthetic_batch(int64_t count, int64_t seed)
+ImageBatch synthetic_batch(int64_t count, int64_t seed, int side)
 {
     ImageBatch b;
     b.count = count;
-    b.pixels.resize(size_t(count) * kImageBytes);
+    b.side = side;
+    b.pixels.resize(size_t(count) * size_t(b.image_bytes()));
     b.labels.resize(size_t(count));
     SplitMix64 rng(static_cast<uint64_t>(seed));
     for (size_t i = 0; i < b.pixels.size(); i += 8)
@@ -45,6 +46,7 @@ ImageBatch synthetic_batch(int64_t count, int64_t seed)
     b.info.set("name", "synthetic");
     b.info.set("generator", "splitmix64(seed): pixel bytes (HWC, image after image) are the "
                             "little-endian bytes of successive 64-bit draws; label i = i mod 10");
+    b.info.set("image_size", side);
     return b;
 }
 
@@ -141,6 +143,7 @@ ImageBatch load_cifar10(const std::string& data_dir_text, int64_t count)
     b.info.set("files", files);
     b.info.set("records_read", have);
     b.info.set("wrapped", have < count);
+    b.info.set("image_size", kImageHeight);
     return b;
 }
 
@@ -346,7 +349,7 @@ ImageTree::ImageTree(const ImageBatch& batch, const fs::path& parent_in)
             }
         for (int64_t i = 0; i < batch.count; ++i)
         {
-            const std::vector<uint8_t> bmp = encode_bmp24(batch.image(i), kImageHeight, kImageWidth);
+            const std::vector<uint8_t> bmp = encode_bmp24(batch.image(i), batch.side, batch.side);
             const fs::path path = image_path(root_, batch.labels[size_t(i)], i);
             FILE* f = std::fopen(path.c_str(), "wb");
             const bool written = f && std::fwrite(bmp.data(), 1, bmp.size(), f) == bmp.size();
@@ -418,11 +421,21 @@ void ImageTree::remove_signal_safe() const noexcept
 }
 
 ImageBatch load_batch(const std::string& dataset, const std::optional<std::string>& data_dir, int64_t count,
-                      int64_t seed)
+                      int64_t seed, int64_t side)
 {
-    if (dataset != "cifar10") return synthetic_batch(count, seed);
+    if (dataset != "cifar10") return synthetic_batch(count, seed, int(side));
+    if (side != kImageHeight)
+        throw TrialError("--dataset cifar10 has 32x32 images: --image-size " + std::to_string(side) +
+                         " needs --dataset synthetic");
     if (!data_dir) throw TrialError("--dataset cifar10 needs --data-dir");
     return load_cifar10(*data_dir, count);
+}
+
+bool batch_side_supported(int64_t side) { return side == 32 || side == 224; }
+
+std::string unsupported_side(const std::string& engine, int64_t side)
+{
+    return engine + " runs --image-size 32 (CIFAR-10's geometry) or 224 (ImageNet's), got " + std::to_string(side);
 }
 
 }  // namespace kit

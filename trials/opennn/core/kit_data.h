@@ -1,10 +1,10 @@
 // kit_data: the batch a trial trains on, and the class-folder image tree OpenNN's ImageDataset
 // reads it from.
 //
-// Data (same rules as kittrial.load_data): `batch` CIFAR-shaped 32x32x3 uint8 images in HWC
-// order with labels 0..9, either
+// Data (same rules as kittrial.load_data): `batch` N x N x 3 uint8 images in HWC order
+// (N = --image-size: 32 is CIFAR-10's geometry, 224 ImageNet's) with labels 0..9, either
 //   synthetic  splitmix64(seed) bytes (documented below; not numpy's generator), labels i mod 10
-//   cifar10    the first `batch` training records in file order from the binary layout
+//   cifar10    (N = 32 only) the first `batch` training records in file order from the binary layout
 //              (cifar-10-batches-bin/data_batch_N.bin; --data-dir is that folder or its parent),
 //              record i = dataset[i % size] when the dataset is smaller. The python (pickle)
 //              layout is refused with one line.
@@ -27,6 +27,7 @@
 namespace kit
 {
 
+// CIFAR-10's geometry (the default side, and the only one --dataset cifar10 has).
 inline constexpr int kImageHeight = 32;
 inline constexpr int kImageWidth = 32;
 inline constexpr int kImageChannels = 3;
@@ -36,11 +37,13 @@ inline constexpr int kNumClasses = 10;
 struct ImageBatch
 {
     int64_t count = 0;
-    std::vector<uint8_t> pixels;  // count x 32 x 32 x 3, HWC, RGB
+    int side = kImageHeight;      // images are side x side x 3
+    std::vector<uint8_t> pixels;  // count x side x side x 3, HWC, RGB
     std::vector<int> labels;      // count, each 0..9
     Json info = Json::object();   // for result.settings.data
 
-    const uint8_t* image(int64_t i) const { return pixels.data() + i * kImageBytes; }
+    int64_t image_bytes() const { return int64_t(side) * side * kImageChannels; }
+    const uint8_t* image(int64_t i) const { return pixels.data() + i * image_bytes(); }
 };
 
 // splitmix64 (Steele, Lea, Flood 2014), the generator behind --dataset synthetic.
@@ -53,14 +56,21 @@ struct SplitMix64
 
 // Synthetic batch: state = uint64(seed); the pixel bytes, image after image in HWC order, are
 // the little-endian bytes of successive next() values (8 per draw); label i = i mod 10.
-ImageBatch synthetic_batch(int64_t count, int64_t seed);
+ImageBatch synthetic_batch(int64_t count, int64_t seed, int side = kImageHeight);
 
 // The CIFAR-10 batch; throws TrialError with one clear line on any problem.
 ImageBatch load_cifar10(const std::string& data_dir, int64_t count);
 
-// The batch a trial trains on: --dataset cifar10 (needs data_dir) or synthetic from the seed.
+// The batch a trial trains on: --dataset cifar10 (needs data_dir; side 32 only, else a
+// TrialError) or synthetic from the seed at side x side.
 ImageBatch load_batch(const std::string& dataset, const std::optional<std::string>& data_dir, int64_t count,
-                      int64_t seed);
+                      int64_t seed, int64_t side = kImageHeight);
+
+// The sides the OpenNN trial's one-batch modes (maxbatch; throughput pool1/default) run: 32
+// (CIFAR-10's geometry) and 224 (ImageNet's). OpenNN's ImageDataset takes its input shape from
+// the first image it reads, so the tree is simply written at that side. The message for others.
+bool batch_side_supported(int64_t side);
+std::string unsupported_side(const std::string& engine, int64_t side);
 
 // 64-bit FNV-1a over the pixels, then the labels as bytes: a fingerprint the tests compare
 // with one computed in Python on kittrial's arrays.

@@ -1,5 +1,7 @@
 #include "kit_protocol.h"
 
+#include "kit_window.h"
+
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -61,10 +63,16 @@ Json base_result(const Args& args, const std::string& engine)
     settings.set("data_dir", args.data_dir ? Json(*args.data_dir) : Json());
     settings.set("device", args.device);
     settings.set("seed", args.seed);
-    settings.set("warmup_steps", warmup);
-    settings.set("steps", steps);
+    // A count the window rule decides is null here: the result's window/warmup say what ran.
+    settings.set("warmup_steps", warmup_by_rule(args) ? Json() : Json(warmup));
+    settings.set("steps", window_by_rule(args) ? Json() : Json(steps));
     settings.set("memory_budget_mib", args.memory_budget_mib ? Json(*args.memory_budget_mib) : Json());
     settings.set("cudnn_benchmark", args.cudnn_benchmark);
+    settings.set("image_size", args.image_size);
+    settings.set("window_images", args.window_images ? Json(*args.window_images) : Json());
+    settings.set("window_seconds", args.window_seconds ? Json(*args.window_seconds) : Json());
+    settings.set("steady_tolerance", args.steady_tolerance);
+    settings.set("max_warmup_seconds", args.max_warmup_seconds);
     r.set("settings", settings);
     if (args.benchmark == "throughput")
     {
@@ -72,6 +80,9 @@ Json base_result(const Args& args, const std::string& engine)
         r.set("window_seconds", nullptr);
         r.set("warmup_seconds", nullptr);
         r.set("images_per_second", nullptr);
+        const WindowRequest request = window_request(args);
+        r.set("window", window_skeleton(request));
+        r.set("warmup", warmup_skeleton(request));
     }
     return r;
 }

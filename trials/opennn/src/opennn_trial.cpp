@@ -5,13 +5,16 @@
 //   image cache)  ->  ResNet({3,4,6,3}, {64,128,256,512}, bottleneck)  ->  TrainingStrategy
 //   (CrossEntropy, no regularization, AdaptiveMomentEstimation)  ->  train().
 //
-// One epoch is one step: the dataset holds exactly `batch` images and the batch size is
-// `batch`. train() runs warm-up + measured epochs in one call (maximum epochs set explicitly;
-// on CUDA OpenNN first runs one more full step of its own and rolls its update back). The
+// One epoch is one step: the dataset holds exactly `batch` images (--image-size N: N x N BMPs,
+// 32 or 224) and the batch size is `batch`. train() runs warm-up + measured epochs in one call
+// (on CUDA OpenNN first runs one more full step of its own and rolls its update back). The
 // optimizer's display (on, period 1) goes to stderr through kit::LineTap, and the trial times
 // the measured steps from its "Epoch: k" / "Training error: x" lines (kit::EpochTimeline): the
-// window starts when epoch W is announced and ends when epoch W+S-1's loss, read back from
-// the device, is printed.
+// window starts when its first epoch is announced and ends when its last epoch's loss, read
+// back from the device, is printed. Fixed counts (--warmup-steps/--steps) set maximum_epochs up
+// front; under the window rule (--window-images/--window-seconds) kit::WindowController decides
+// at each epoch's end and the trial lowers maximum_epochs, which train() reads at every epoch's
+// end (kit_window.h).
 //
 // Modes `graph` and `resident` (engines opennn-graph / opennn-resident) are OpenNN's throughput
 // path instead, as its own runner docs/benchmarks/throughput/resnet50/opennn_resnet50_speed.cpp
@@ -36,6 +39,7 @@
 #include "kit_data.h"
 #include "kit_protocol.h"
 #include "kit_resident.h"
+#include "kit_window.h"
 
 #include "opennn/adaptive_moment_estimation.h"
 #include "opennn/configuration.h"
@@ -143,9 +147,12 @@ void train_opennn(const kit::Args& args, kit::Json& result)
 
     kit::Json& settings = result["settings"];
     describe_build(args, result);
+    if (!kit::batch_side_supported(args.image_size))
+        throw kit::TrialError(kit::unsupported_side("opennn-" + args.mode, args.image_size));
 
     const bool on_cuda = args.device == "cuda";
-    const auto [warmup_steps, steps] = kit::step_counts(args);
+    const kit::WindowRequest request = kit::window_request(args);
+    kit::WindowController window(request, kit::one_step_geometry(request, args.batch));
 
     // ---- configuration: device and training type, before the network is built (compile()
     // snapshots it). resolve() throws for a missing GPU or bf16 below compute capability 8.0.
@@ -171,10 +178,10 @@ void train_opennn(const kit::Args& args, kit::Json& result)
 
     // ---- data: exactly `batch` images in a temporary class-folder tree, read by ImageDataset
     // into its BinaryFile image cache (<tree>/.cache/images.bin).
-    kit::ImageBatch data = kit::load_batch(args.dataset, args.data_dir, args.batch, args.seed);
+    kit::ImageBatch data = kit::load_batch(args.dataset, args.data_dir, args.batch, args.seed, args.image_size);
     kit::Json data_info = data.info;
     data_info.set("digest", kit::batch_digest(data));
-    data_info.set("shape_hwc", kit::Json::array({32, 32, 3}));
+    data_info.set("shape_hwc", kit::Json::array({data.side, data.side, 3}));
 
     kit::ImageTree tree(data);
     data_info.set("tree", tree.root().string());
@@ -191,6 +198,10 @@ void train_opennn(const kit::Args& args, kit::Json& result)
                               std::to_string(args.batch));
     if (dataset.get_storage_mode() != Dataset::StorageMode::BinaryFile)
         throw kit::TrialError("ImageDataset is not in BinaryFile storage mode: " + dataset.get_storage_mode_string());
+    // ImageDataset takes its input shape from the first image it reads: the side written.
+    if (shape_json(dataset.get_shape("Input")).dump() != kit::Json::array({data.side, data.side, 3}).dump())
+        throw kit::TrialError("OpenNN's ImageDataset reads input shape " + shape_json(dataset.get_shape("Input")).dump() +
+                              ", expected [" + std::to_string(data.side) + "," + std::to_string(data.side) + ",3]");
     data_info.set("input_shape", shape_json(dataset.get_shape("Input")));
     data_info.set("target_shape", shape_json(dataset.get_shape("Target")));
     data_info.set("storage_mode", dataset.get_storage_mode_string());
@@ -225,11 +236,14 @@ void train_opennn(const kit::Args& args, kit::Json& result)
     auto* adam = dynamic_cast<AdaptiveMomentEstimation*>(training_strategy.get_optimization_algorithm());
     if (!adam) throw kit::TrialError("OpenNN did not create an AdaptiveMomentEstimation optimizer");
 
-    const int64_t epochs = warmup_steps + steps;  // one epoch = one step
+    // One epoch = one step. Fixed counts: exactly W + S epochs. The window rule: an upper bound
+    // that the window controller lowers once the window closes (train() sizes its loss history
+    // by it, so it may only go down).
+    const int64_t maximum_epochs = window.initial_maximum_epochs();
     adam->set_learning_rate(kLearningRate);
     adam->set_batch_size(Eigen::Index(args.batch));
     adam->set_update_period(1);
-    adam->set_maximum_epochs(Eigen::Index(epochs));
+    adam->set_maximum_epochs(Eigen::Index(maximum_epochs));
     adam->set_maximum_time(std::numeric_limits<float>::max());
     adam->set_loss_goal(-std::numeric_limits<float>::infinity());
     adam->set_maximum_validation_failures(std::numeric_limits<Eigen::Index>::max());
@@ -247,8 +261,10 @@ void train_opennn(const kit::Args& args, kit::Json& result)
     opennn_settings.set("training_type", resolved.training_type == Type::BF16 ? "BF16" : "FP32");
     opennn_settings.set("loss", "CrossEntropy");
     opennn_settings.set("regularization", "NoRegularization");
-    opennn_settings.set("maximum_epochs", epochs);
+    opennn_settings.set("maximum_epochs", maximum_epochs);
+    opennn_settings.set("maximum_epochs_lowered_when_the_window_closes", maximum_epochs == kit::kEpochCap);
     opennn_settings.set("epoch_is_one_step", true);
+    opennn_settings.set("chunk_steps", window.geometry().chunk_epochs);
     opennn_settings.set("builtin_cuda_warmup_step", on_cuda);
     opennn_settings.set("batch_pool_size", args.mode == "pool1" ? kit::Json(1) : kit::Json("library default"));
     opennn_settings.set("batch_pool_size_effective",
@@ -260,8 +276,8 @@ void train_opennn(const kit::Args& args, kit::Json& result)
     opennn_settings.set("conv_autotune", device::conv_autotune_enabled());
     opennn_settings.set("conv_workspace_cap", args.cudnn_benchmark ? "off (autotune)" : "AUTO (library default)");
     opennn_settings.set("display", "on, every epoch, to stderr (the step timing reads it)");
-    opennn_settings.set("timing", "from OpenNN's display lines: 'Epoch: W' announced .. 'Training error' of epoch "
-                                  "W+S-1 printed (the loss is read back from the device first)");
+    opennn_settings.set("timing", "from OpenNN's display lines: the first timed epoch's 'Epoch: k' announced .. the last "
+                                  "one's 'Training error' printed (the loss is read back from the device first)");
     opennn_settings.set("march", KIT_OPENNN_MARCH);
     opennn_settings.set("lto", KIT_OPENNN_LTO);
     opennn_settings.set("environment", opennn_environment());
@@ -276,11 +292,12 @@ void train_opennn(const kit::Args& args, kit::Json& result)
     // printed from here, OpenNN's objects still alive: neither a failure's nor a success's
     // teardown (CUDA/cuDNN frees, destructors syncing streams) can turn it into a crash.
     kit::EpochTimeline timeline;
-    kit::set_line_observer([&timeline](std::string_view line, kit::Clock::time_point when) {
-        timeline.on_line(line, when);
-    });
+    kit::EpochLineFeed feed(timeline, window, nullptr,
+                            [adam](int64_t epoch) { adam->set_maximum_epochs(Eigen::Index(epoch + 1)); });
+    kit::set_line_observer([&feed](std::string_view line, kit::Clock::time_point when) { feed.on_line(line, when); });
     try
     {
+        const double unix_offset = kit::unix_offset_now();
         const kit::Clock::time_point start = kit::Clock::now();
         const TrainingResult training = training_strategy.train();
         const double train_seconds = std::chrono::duration<double>(kit::Clock::now() - start).count();
@@ -290,18 +307,21 @@ void train_opennn(const kit::Args& args, kit::Json& result)
         const Eigen::Index done = training.get_epochs_number();
         settings.set("opennn_stopping_condition", training.write_stopping_condition());
         settings.set("train_seconds", train_seconds);
+        if (!window.done()) throw kit::TrialError(kit::window_not_closed(window, int64_t(done)));
+        const int64_t epochs = *window.last_epoch() + 1;
         if (done != epochs)
             throw kit::TrialError("OpenNN trained " + std::to_string(done) + " of " + std::to_string(epochs) +
                                   " epochs (stopping condition: " + training.write_stopping_condition() + ")");
+        settings["opennn"].set("epochs_trained", epochs);
 
-        const kit::StepWindow window = kit::step_window(timeline, start, warmup_steps, steps);
+        const int64_t warmup_epochs = *window.warmup_epochs();
         std::optional<double> loss_warmup;
-        if (warmup_steps > 0)
-            loss_warmup = double(training.training_error_history(Eigen::Index(warmup_steps - 1)));
+        if (warmup_epochs > 0)
+            loss_warmup = double(training.training_error_history(Eigen::Index(warmup_epochs - 1)));
         const double loss_final = double(training.training_error_history(Eigen::Index(epochs - 1)));
 
         result.set("host_peak_rss_mib", kit::peak_rss_mib());
-        kit::record_steps(result, args, window.warmup_seconds, window.window_seconds, steps, loss_warmup, loss_final);
+        kit::record_window(result, args, window, timeline, start, unix_offset, loss_warmup, loss_final);
     }
     catch (...)
     {
@@ -317,7 +337,10 @@ void train_opennn(const kit::Args& args, kit::Json& result)
 // OpenNN's throughput path, set up as its own runner sets it up (opennn_resnet50_speed.cpp at the
 // pinned commit, "the runner" below) and timed the kit's way: one train() call of warm-up +
 // timed epochs; the window runs from the announcement of the first timed epoch to the display of
-// the last one's loss (read back from the device after the epoch's final synchronize).
+// the last one's loss (read back from the device after the epoch's final synchronize). Under the
+// window rule the warm-up and the window end where kit::WindowController says, at an epoch's
+// end: setup, dataset upload, OpenNN's warm-up step and the graph capture (epoch 0) stay in the
+// warm-up, before the window.
 void train_resident(const kit::Args& args, kit::Json& result)
 {
     using namespace opennn;
@@ -335,10 +358,15 @@ void train_resident(const kit::Args& args, kit::Json& result)
                               "is no max-batch candidate): use opennn-pool1 or opennn-default for maxbatch");
     if (args.device != "cuda")
         throw kit::TrialError(engine_name + " needs --device cuda: GPU-resident data and CUDA graphs are CUDA paths");
+    if (const std::optional<std::string> refusal = kit::resident_side_refusal(engine_name, args.image_size))
+        throw kit::TrialError(*refusal);
+    // Beside the naive figure, whatever the audit says (null until the window is timed).
+    result.set("opennn_figures", kit::opennn_figures_null());
 
-    const auto [warmup_steps, steps] = kit::step_counts(args);
-    const kit::EpochPlan plan = kit::plan_epochs(kit::kResidentDatasetImages, args.batch, warmup_steps, steps);
+    const kit::WindowRequest request = kit::window_request(args);
+    kit::EpochPlan plan = kit::plan_epochs(kit::kResidentDatasetImages, args.batch, request);
     settings.set("epoch_plan", plan.json());
+    kit::WindowController window(request, plan.geometry());
 
     // ---- configuration (the runner: set_seed, Configuration::set(CUDA, FP32|BF16)).
     Configuration::instance().set(Device::CUDA, args.precision == "bf16" ? Type::BF16 : Type::FP32);
@@ -360,11 +388,11 @@ void train_resident(const kit::Args& args, kit::Json& result)
     // cache, then kept on the GPU: train() uploads it (Optimizer::setup_device_training ->
     // ImageDataset::enable_device_residency, scaled pixels + one-hot targets as one fp32 matrix)
     // and every batch is a device-side gather.
-    kit::ImageBatch data = kit::load_batch(args.dataset, args.data_dir, plan.dataset_images, args.seed);
+    kit::ImageBatch data = kit::load_batch(args.dataset, args.data_dir, plan.dataset_images, args.seed, args.image_size);
     kit::Json data_info = data.info;
     data_info.set("images", plan.dataset_images);
     data_info.set("digest", kit::batch_digest(data));
-    data_info.set("shape_hwc", kit::Json::array({32, 32, 3}));
+    data_info.set("shape_hwc", kit::Json::array({data.side, data.side, 3}));
 
     kit::ImageTree tree(data);
     data = kit::ImageBatch{};  // the pixels live in OpenNN's cache (and on the GPU) from here on
@@ -411,7 +439,11 @@ void train_resident(const kit::Args& args, kit::Json& result)
     adam->set_batch_size(Eigen::Index(args.batch));
     adam->set_gradient_clip_norm(0.0f);
     adam->set_cuda_graph(cuda_graph);  // the runner, line 123 (on by default there)
-    adam->set_maximum_epochs(Eigen::Index(plan.epochs()));
+    // Fixed counts: exactly the planned epochs. The window rule: an upper bound the window
+    // controller lowers when the window closes (train() sizes its loss history by it and reads
+    // it at every epoch's end, optimizer.cpp l. 869, 1096).
+    const int64_t maximum_epochs = window.initial_maximum_epochs();
+    adam->set_maximum_epochs(Eigen::Index(maximum_epochs));
     // Stopping only by epochs: no time limit, no loss goal (the library's defaults could stop early).
     adam->set_maximum_time(std::numeric_limits<float>::max());
     adam->set_loss_goal(-std::numeric_limits<float>::infinity());
@@ -428,7 +460,9 @@ void train_resident(const kit::Args& args, kit::Json& result)
     path.set("dataset_images", plan.dataset_images);
     path.set("dataset", args.dataset);
     path.set("batch", args.batch);
-    path.set("epochs", plan.epochs());
+    path.set("maximum_epochs", maximum_epochs);
+    path.set("maximum_epochs_lowered_when_the_window_closes", maximum_epochs == kit::kEpochCap);
+    path.set("epochs", plan.epochs());  // planned (a rule-decided part: its minimum); settled after training
     path.set("warmup_epochs", plan.warmup_epochs);
     path.set("timed_epochs", plan.timed_epochs);
     path.set("precision", args.precision);
@@ -447,11 +481,12 @@ void train_resident(const kit::Args& args, kit::Json& result)
     path.set("graph_capture", cuda_graph ? "during epoch 0 (warm-up): each 8-step group runs eagerly once, then is "
                                            "captured; later epochs replay the graphs"
                                          : "none (CUDA graphs off: the control)");
-    path.set("warmup", "train() setup (buffers, dataset upload), the built-in warm-up step and warm-up epochs 0.." +
-                           std::to_string(plan.warmup_epochs - 1) + ": warmup_seconds");
-    path.set("timing", "one train() call; window = 'Epoch: " + std::to_string(plan.warmup_epochs) +
-                           "' announced .. 'Training error' of epoch " + std::to_string(plan.epochs() - 1) +
-                           " printed; images = timed epochs x steps per epoch x batch (trained images only)");
+    path.set("warmup", "train() setup (buffers, dataset upload), the built-in warm-up step and the warm-up epochs "
+                       "(epoch 0 captures the graphs; " + request.warmup_rule() + "): warmup_seconds");
+    path.set("timing", "one train() call; window = the first timed epoch's 'Epoch: k' announced .. the last timed "
+                       "epoch's 'Training error' printed (" + request.window_rule() + ", whole epochs; under the rule "
+                       "decided at each epoch's end, then OpenNN's maximum_epochs is lowered so train() stops there); "
+                       "images = timed epochs x steps per epoch x batch (trained images only)");
     path.set("runner_timing_difference",
              "the runner trains 2 untimed epochs in one train() call, then times a second train() call whole "
              "(its setup, dataset upload, warm-up step and graph capture included) and divides all 50,000 images "
@@ -472,18 +507,19 @@ void train_resident(const kit::Args& args, kit::Json& result)
     kit::EpochTimeline timeline;
     bool resident_in_window = false;
     kit::graph_audit().reset();
-    kit::set_line_observer([&](std::string_view line, kit::Clock::time_point when) {
-        const std::optional<int64_t> before = timeline.current_epoch();
-        timeline.on_line(line, when);
-        const std::optional<int64_t> now = timeline.current_epoch();
-        if (now && now != before)
-        {
-            kit::graph_audit().begin_epoch(*now);
-            if (*now == plan.warmup_epochs) resident_in_window = dataset.is_device_resident();
-        }
-    });
+    kit::EpochLineFeed feed(
+        timeline, window,
+        [&](int64_t epoch) {
+            kit::graph_audit().begin_epoch(epoch);
+            // The warm-up's end was decided at the previous epoch's end: is this the first timed one?
+            if (window.warmup_epochs() && epoch == *window.warmup_epochs())
+                resident_in_window = dataset.is_device_resident();
+        },
+        [adam](int64_t epoch) { adam->set_maximum_epochs(Eigen::Index(epoch + 1)); });
+    kit::set_line_observer([&feed](std::string_view line, kit::Clock::time_point when) { feed.on_line(line, when); });
     try
     {
+        const double unix_offset = kit::unix_offset_now();
         const kit::Clock::time_point start = kit::Clock::now();
         const TrainingResult training = training_strategy.train();
         const double train_seconds = std::chrono::duration<double>(kit::Clock::now() - start).count();
@@ -493,6 +529,12 @@ void train_resident(const kit::Args& args, kit::Json& result)
         const Eigen::Index done = training.get_epochs_number();
         settings.set("opennn_stopping_condition", training.write_stopping_condition());
         settings.set("train_seconds", train_seconds);
+        if (!window.done()) throw kit::TrialError(kit::window_not_closed(window, int64_t(done)));
+        plan.settle(window);
+        settings.set("epoch_plan", plan.json());
+        settings["opennn"].set("epochs", plan.epochs());
+        settings["opennn"].set("warmup_epochs", plan.warmup_epochs);
+        settings["opennn"].set("timed_epochs", plan.timed_epochs);
         if (done != plan.epochs())
             throw kit::TrialError("OpenNN trained " + std::to_string(done) + " of " + std::to_string(plan.epochs()) +
                                   " epochs (stopping condition: " + training.write_stopping_condition() + ")");
@@ -517,12 +559,18 @@ void train_resident(const kit::Args& args, kit::Json& result)
         audit_info.set("graphs", kit::graph_audit().json());
         settings.set("cuda_graph_audit", audit_info);
 
-        const kit::StepWindow window = kit::step_window(timeline, start, plan.warmup_epochs, plan.timed_epochs);
         const double loss_warmup = double(training.training_error_history(Eigen::Index(plan.warmup_epochs - 1)));
         const double loss_final = double(training.training_error_history(Eigen::Index(plan.epochs() - 1)));
         result.set("host_peak_rss_mib", kit::peak_rss_mib());
-        kit::record_steps(result, args, window.warmup_seconds, window.window_seconds, plan.timed_steps(), loss_warmup,
-                          loss_final);
+        kit::record_window(result, args, window, timeline, start, unix_offset, loss_warmup, loss_final);
+        // The corrected figures beside the naive one (kit_resident.h: opennn_figures), set before
+        // the audit's verdict so a refused run carries them too.
+        const int64_t train_epochs = int64_t(done);
+        result.set("opennn_figures",
+                   kit::opennn_figures_json(kit::opennn_figures(audit, plan, cuda_graph, window.window_seconds(),
+                                                                train_seconds, train_epochs)));
+        settings.set("opennn_figures", kit::opennn_figures_inputs(audit, plan, cuda_graph, window.window_seconds(),
+                                                                  train_seconds, train_epochs));
 
         // Checked last, so a refused run still carries every figure above.
         if (!resident_in_window)

@@ -27,6 +27,7 @@
 #include "kit_json.h"
 #include "kit_protocol.h"
 #include "kit_resident.h"
+#include "kit_window.h"
 
 namespace fs = std::filesystem;
 using namespace kit;
@@ -269,7 +270,7 @@ TEST(args_errors_read_like_argparse)
     CHECK_EQ(error_of({"--memory-budget-mib", "0"}), "argument --memory-budget-mib: must be an integer >= 1, got '0'");
     CHECK_EQ(error_of({"--cudnn-benchmark=1"}), "argument --cudnn-benchmark: ignored explicit argument '1'");
     CHECK_EQ(error_of({"foo", "--zzz"}), "unrecognized arguments: foo --zzz");
-    CHECK_EQ(error_of({"--s", "3"}), "ambiguous option: --s could match --seed, --steps");
+    CHECK_EQ(error_of({"--s", "3"}), "ambiguous option: --s could match --seed, --steps, --steady-tolerance");
     CHECK_EQ(error_of({"--seed"}), "argument --seed: expected one argument");
     CHECK_EQ(parse({"--benchmark", "maxbatch", "--batch", "--mode", "pool1"}).error,
              "argument --batch: expected one argument");
@@ -287,6 +288,65 @@ TEST(args_python_int_prefixes_and_last_wins)
     CHECK(r.args.cudnn_benchmark);
     CHECK(!parse({"--benchmark", "maxbatch", "--batch", "1__0", "--mode", "pool1"}).ok);
     CHECK(!parse({"--benchmark", "maxbatch", "--batch", "99999999999999999999", "--mode", "pool1"}).ok);
+}
+
+TEST(args_window_flags_defaults_values_and_rule)
+{
+    const ParseResult d = parse({"--benchmark", "throughput", "--batch", "2", "--mode", "pool1"});
+    CHECK(d.ok);
+    CHECK_EQ(d.args.image_size, 32);
+    CHECK(!d.args.window_images && !d.args.window_seconds);
+    CHECK_EQ(d.args.steady_tolerance, 0.02);
+    CHECK_EQ(d.args.max_warmup_seconds, 120.0);
+    CHECK(!window_by_rule(d.args) && !warmup_by_rule(d.args));  // old hosts: W 10, S 50
+
+    const ParseResult r = parse({"--benchmark", "throughput", "--batch", "2", "--mode", "pool1", "--image-size=224",
+                                 "--window-images", "99_840", "--window-seconds", " 5 ", "--steady-tolerance", "5e-2",
+                                 "--max-warmup-seconds=1_0.5"});
+    CHECK(r.ok);
+    CHECK_EQ(r.args.image_size, 224);
+    CHECK_EQ(*r.args.window_images, 99840);
+    CHECK_EQ(*r.args.window_seconds, 5.0);
+    CHECK_EQ(r.args.steady_tolerance, 0.05);
+    CHECK_EQ(r.args.max_warmup_seconds, 10.5);
+    CHECK(window_by_rule(r.args) && warmup_by_rule(r.args));
+
+    // --steps / --warmup-steps override their own part of the rule.
+    auto with = [](std::vector<std::string> extra) {
+        std::vector<std::string> argv = {"--benchmark", "throughput", "--batch", "2", "--mode", "pool1"};
+        argv.insert(argv.end(), extra.begin(), extra.end());
+        return parse(argv).args;
+    };
+    CHECK(!window_by_rule(with({"--window-seconds", "5", "--steps", "7"})));
+    CHECK(warmup_by_rule(with({"--window-seconds", "5", "--steps", "7"})));
+    CHECK(window_by_rule(with({"--window-images", "9", "--warmup-steps", "3"})));
+    CHECK(!warmup_by_rule(with({"--window-images", "9", "--warmup-steps", "3"})));
+    CHECK(!window_by_rule(with({"--steady-tolerance", "0.1"})));  // tolerance alone is no rule
+    Args maxbatch = parse(base_argv()).args;
+    maxbatch.window_seconds = 5;
+    CHECK(!window_by_rule(maxbatch) && !warmup_by_rule(maxbatch));
+
+    auto error_of = [](std::vector<std::string> extra) {
+        std::vector<std::string> argv = base_argv();
+        argv.insert(argv.end(), extra.begin(), extra.end());
+        const ParseResult p = parse(argv);
+        return p.ok ? std::string("<ok>") : p.error;
+    };
+    CHECK_EQ(error_of({"--image-size", "0"}), "argument --image-size: must be an integer >= 1, got '0'");
+    CHECK_EQ(error_of({"--window-images", "0"}), "argument --window-images: must be an integer >= 1, got '0'");
+    CHECK_EQ(error_of({"--window-images", "1e5"}), "argument --window-images: must be an integer >= 1, got '1e5'");
+    CHECK_EQ(error_of({"--window-seconds", "-1"}), "argument --window-seconds: must be a number >= 0, got '-1'");
+    CHECK_EQ(error_of({"--window-seconds", "abc"}), "argument --window-seconds: must be a number >= 0, got 'abc'");
+    CHECK_EQ(error_of({"--window-seconds", "inf"}), "argument --window-seconds: must be a number >= 0, got 'inf'");
+    CHECK_EQ(error_of({"--steady-tolerance", "nan"}), "argument --steady-tolerance: must be a number >= 0, got 'nan'");
+    CHECK_EQ(error_of({"--steady-tolerance", "0x10"}), "argument --steady-tolerance: must be a number >= 0, got '0x10'");
+    CHECK_EQ(error_of({"--max-warmup-seconds", "1__0"}),
+             "argument --max-warmup-seconds: must be a number >= 0, got '1__0'");
+    CHECK_EQ(error_of({"--max-warmup-seconds"}), "argument --max-warmup-seconds: expected one argument");
+    CHECK_EQ(error_of({"--window", "5"}), "ambiguous option: --window could match --window-images, --window-seconds");
+    CHECK_EQ(error_of({"--window-s", ".5"}), "<ok>");
+    CHECK_EQ(error_of({"--max-warmup-seconds", "0"}), "<ok>");
+    CHECK_EQ(error_of({"--steady-tolerance", "5."}), "<ok>");
 }
 
 TEST(args_help)
@@ -308,7 +368,9 @@ TEST(base_result_has_every_protocol_key_in_kittrials_order)
     CHECK_EQ(join(keys(r)), "protocol,engine,mode,precision,batch,status,loss_warmup,loss_final,"
                             "parameters,step_seconds,framework_peak_mib,versions,error,benchmark,settings");
     CHECK_EQ(join(keys(*r.find("settings"))), "model,dataset,data_dir,device,seed,warmup_steps,steps,"
-                                              "memory_budget_mib,cudnn_benchmark");
+                                              "memory_budget_mib,cudnn_benchmark,image_size,window_images,"
+                                              "window_seconds,steady_tolerance,max_warmup_seconds");
+    CHECK(!r.contains("window") && !r.contains("warmup"));  // throughput only
     CHECK_EQ(r.find("status")->as_string(), "error");
     CHECK_EQ(r.find("versions")->find("trial_protocol")->as_int(), 1);
 
@@ -317,6 +379,24 @@ TEST(base_result_has_every_protocol_key_in_kittrials_order)
     CHECK(t.contains("images") && t.contains("window_seconds") && t.contains("warmup_seconds") &&
           t.contains("images_per_second"));
     CHECK_EQ(t.find("settings")->find("steps")->as_int(), 50);
+    // Every window/warmup key is there, null until measured; the rule and tolerance are known.
+    CHECK_EQ(join(keys(*t.find("window"))), "rule,steps,images,seconds,chunk_steps,chunk_seconds,chunk_device_seconds,"
+                                            "start_unix,end_unix,first_half_ips,second_half_ips,halves_change,"
+                                            "tolerance,steady");
+    CHECK_EQ(join(keys(*t.find("warmup"))), "rule,steps,seconds,converged,chunk_rates");
+    CHECK_EQ(t.find("window")->find("rule")->as_string(), "fixed: 50 steps");
+    CHECK_EQ(t.find("warmup")->find("rule")->as_string(), "fixed: 10 steps");
+    CHECK(t.find("window")->find("steps")->is_null() && t.find("window")->find("steady")->is_null());
+    CHECK_EQ(t.find("window")->find("tolerance")->as_double(), 0.02);
+
+    // Under the rule the step counts it decides are null in settings.
+    const Args rule = parse({"--benchmark", "throughput", "--batch", "2", "--mode", "pool1", "--window-images", "99840",
+                             "--window-seconds", "5"}).args;
+    const Json w = base_result(rule, "opennn-pool1");
+    CHECK(w.find("settings")->find("steps")->is_null() && w.find("settings")->find("warmup_steps")->is_null());
+    CHECK_EQ(w.find("settings")->find("window_images")->as_int(), 99840);
+    CHECK_EQ(w.find("window")->find("rule")->as_string(), "at least 99840 images and 5 s");
+    CHECK_EQ(w.find("warmup")->find("rule")->as_string(), "until two successive chunks within 0.02 (at most 120 s)");
 }
 
 TEST(set_losses_and_record_steps_follow_kittrial)
@@ -777,6 +857,363 @@ TEST(swallowed_causes_classify_the_failure)
     CHECK(failure_message(arch).find("<- after: BatchNormalizationOperator: cudnn-frontend path unavailable (cuDNN Error: 3000") != std::string::npos);
     clear_causes();
     CHECK_EQ(failure_message(arch), one_line(arch));
+}
+
+// ------------------------------------------------------------------------------ the window rule
+
+namespace
+{
+
+// A controller fed with synthetic epoch times: epoch k lasts ms[min(k, size-1)] milliseconds and
+// the next one starts `gap_ms` after it ends (OpenNN's "Elapsed time" print, get_batches).
+struct Driven
+{
+    WindowController controller;
+    Clock::time_point t0{};
+    int64_t epochs = 0;
+    Driven(WindowRequest r, EpochGeometry g) : controller(std::move(r), g) {}
+    // Runs epochs until the controller stops training (or `limit` epochs); returns epochs run.
+    int64_t run(const std::vector<int>& ms, int gap_ms = 0, int64_t limit = 10000)
+    {
+        Clock::time_point t = t0 + std::chrono::milliseconds(5);  // setup before epoch 0
+        for (int64_t e = 0; e < limit; ++e)
+        {
+            controller.epoch_started(e, t);
+            t += std::chrono::milliseconds(ms[std::min<size_t>(size_t(e), ms.size() - 1)]);
+            epochs = e + 1;
+            if (controller.epoch_finished(e, t)) return epochs;
+            t += std::chrono::milliseconds(gap_ms);
+        }
+        return epochs;
+    }
+};
+
+WindowRequest rule(int64_t images, double seconds)
+{
+    WindowRequest r;
+    r.window_by_rule = r.warmup_by_rule = true;
+    r.min_images = images;
+    r.min_seconds = seconds;
+    return r;
+}
+
+EpochGeometry resident_geometry(const WindowRequest& r, int64_t images = kResidentDatasetImages, int64_t batch = 128)
+{
+    return plan_epochs(images, batch, r).geometry();
+}
+
+double sum(const std::vector<double>& v)
+{
+    double total = 0;
+    for (double x : v) total += x;
+    return total;
+}
+
+}  // namespace
+
+TEST(window_fixed_counts_keep_todays_epochs)
+{
+    WindowRequest fixed;  // W 10, S 780 at batch 128: 1 warm-up + 2 timed epochs, as before
+    fixed.steps = 780;
+    Driven d(fixed, resident_geometry(fixed));
+    CHECK_EQ(d.controller.initial_maximum_epochs(), 3);
+    CHECK_EQ(d.run({100, 50}), 3);
+    CHECK(d.controller.warmup_epochs() == std::optional<int64_t>(1) && d.controller.timed_epochs() == 2);
+    CHECK(!d.controller.converged().has_value());
+    const Json w = d.controller.window_json(1000.0);
+    CHECK_EQ(w.find("rule")->as_string(), "fixed: 780 steps");
+    CHECK_EQ(w.find("steps")->as_int(), 780);
+    CHECK_EQ(w.find("images")->as_int(), 780 * 128);
+    CHECK_EQ(w.find("chunk_steps")->as_int(), 390);
+    CHECK(std::abs(w.find("seconds")->as_double() - 0.100) < 1e-9);
+    CHECK(std::abs(w.find("start_unix")->as_double() - (1000.0 + 0.105)) < 1e-9);
+    CHECK(std::abs(w.find("end_unix")->as_double() - (1000.0 + 0.205)) < 1e-9);
+    CHECK(w.find("chunk_device_seconds")->is_null());
+    const Json u = d.controller.warmup_json(d.t0);
+    CHECK_EQ(u.find("rule")->as_string(), "fixed: 10 steps");
+    CHECK_EQ(u.find("steps")->as_int(), 390);
+    CHECK(std::abs(u.find("seconds")->as_double() - 0.105) < 1e-9);  // setup + epoch 0
+    CHECK(u.find("converged")->is_null());
+}
+
+TEST(window_rule_images_take_the_fewest_whole_epochs)
+{
+    // 99,840 images at 49,920 trained images an epoch: 2 epochs (the 80 dropped per epoch do
+    // not count); one image more: 3. No seconds minimum.
+    WindowRequest r = rule(99840, 0);
+    r.warmup_by_rule = false;
+    r.warmup_steps = 0;
+    Driven two(r, resident_geometry(r));
+    CHECK_EQ(two.controller.initial_maximum_epochs(), kEpochCap);
+    CHECK_EQ(two.run({40}), 3);
+    CHECK_EQ(two.controller.timed_epochs(), 2);
+    r.min_images = 99841;
+    Driven three(r, resident_geometry(r));
+    three.run({40});
+    CHECK_EQ(three.controller.timed_epochs(), 3);
+    CHECK_EQ(plan_epochs(kResidentDatasetImages, 128, r).timed_epochs_for_images, 3);
+    CHECK_EQ(epochs_for_images(resident_geometry(r), 1), 1);
+}
+
+TEST(window_rule_seconds_are_measured_at_each_epochs_end)
+{
+    // 5 s at 0.9 s an epoch with 20 ms between epochs: the window closes at the first epoch end
+    // at or past 5 s after the first timed epoch's start. 6 epochs: 5 x 0.92 + 0.9 = 5.5 s;
+    // 5 epochs would be 4.58 s. The images minimum (2 epochs) is met long before.
+    WindowRequest r = rule(99840, 5);
+    r.warmup_by_rule = false;
+    r.warmup_steps = 1;
+    Driven d(r, resident_geometry(r));
+    CHECK_EQ(d.run({3000, 900}, 20), 7);
+    CHECK_EQ(d.controller.timed_epochs(), 6);
+    const std::vector<double> chunks = d.controller.chunk_seconds();
+    CHECK_EQ(chunks.size(), size_t(6));
+    CHECK(std::abs(sum(chunks) - d.controller.window_seconds()) < 1e-9);  // contiguous
+    CHECK(std::abs(d.controller.window_seconds() - 5.5) < 1e-9);
+    CHECK(std::abs(chunks[0] - 0.92) < 1e-9 && std::abs(chunks[5] - 0.9) < 1e-9);
+    CHECK(d.controller.window_seconds() - chunks.back() < 5);  // the fewest: one epoch less is short
+    // Both minimums: at 0.1 s an epoch the images decide (2 epochs: 0.2 s >= 0.15 s).
+    WindowRequest both = rule(99840, 0.15);
+    both.warmup_by_rule = false;
+    both.warmup_steps = 1;
+    Driven fast(both, resident_geometry(both));
+    fast.run({100});
+    CHECK_EQ(fast.controller.timed_epochs(), 2);
+    const Json fast_window = fast.controller.window_json(0);
+    CHECK_EQ(fast_window.find("rule")->as_string(), "at least 99840 images and 0.15 s");
+}
+
+TEST(window_adaptive_warmup_converges_or_is_bounded)
+{
+    // Epoch 0 (graph capture) is the minimum; then epochs until two successive epoch rates differ
+    // by <= 2 % of their mean: epochs 1..5 last 300, 200, 150, 101, 100 ms; 101 vs 100 ms is
+    // within 1 %: the warm-up ends after epoch 5, and one timed epoch follows.
+    WindowRequest r = rule(49920, 0);
+    Driven d(r, resident_geometry(r));
+    CHECK_EQ(d.run({1000, 300, 200, 150, 101, 100}), 7);
+    CHECK_EQ(int64_t(*d.controller.warmup_epochs()), 6);
+    CHECK_EQ(d.controller.timed_epochs(), 1);
+    CHECK(d.controller.converged() == std::optional<bool>(true));
+    const std::vector<double>& rates = d.controller.warmup_chunk_rates();
+    CHECK_EQ(rates.size(), size_t(5));
+    CHECK(std::abs(rates[0] - 49920 / 0.3) < 1e-6 && std::abs(rates[4] - 49920 / 0.1) < 1e-6);
+    const Json u = d.controller.warmup_json(d.t0);
+    CHECK_EQ(u.find("rule")->as_string(), "until two successive chunks within 0.02 (at most 120 s)");
+    CHECK_EQ(u.find("steps")->as_int(), 6 * 390);
+    CHECK(u.find("converged")->as_bool());
+    CHECK_EQ(u.find("chunk_rates")->elements().size(), size_t(5));
+    // A looser tolerance ends it earlier: 200 vs 150 ms is 28.6 % of their mean rate.
+    WindowRequest loose = rule(49920, 0);
+    loose.tolerance = 0.3;
+    Driven l(loose, resident_geometry(loose));
+    l.run({1000, 300, 200, 150, 101, 100});
+    CHECK_EQ(int64_t(*l.controller.warmup_epochs()), 4);
+    const Json loose_warmup = l.controller.warmup_json(l.t0);
+    CHECK_EQ(loose_warmup.find("rule")->as_string(), "until two successive chunks within 0.3 (at most 120 s)");
+
+    // Never within tolerance: bounded by max_warmup_seconds after the minimum. Alternating
+    // 200/100 ms epochs: 0.2 + 0.1 + 0.2 = 0.5 s >= 0.5 s after epoch 3; then the window runs.
+    WindowRequest bounded = rule(49920, 0);
+    bounded.max_warmup_seconds = 0.5;
+    Driven alternating(bounded, resident_geometry(bounded));
+    std::vector<int> ms = {1000};
+    for (int i = 0; i < 50; ++i) ms.push_back(i % 2 ? 100 : 200);
+    CHECK_EQ(alternating.run(ms), 5);
+    CHECK(alternating.controller.converged() == std::optional<bool>(false));
+    CHECK_EQ(int64_t(*alternating.controller.warmup_epochs()), 4);
+    CHECK_EQ(alternating.controller.warmup_chunk_rates().size(), size_t(3));
+    CHECK(!alternating.controller.warmup_json(alternating.t0).find("converged")->as_bool());
+
+    // --max-warmup-seconds 0: only the minimum, not converged, no chunks compared.
+    WindowRequest none = rule(49920, 0);
+    none.max_warmup_seconds = 0;
+    Driven z(none, resident_geometry(none));
+    CHECK_EQ(z.run({1000, 100}), 2);
+    CHECK_EQ(int64_t(*z.controller.warmup_epochs()), 1);
+    CHECK(z.controller.converged() == std::optional<bool>(false));
+    CHECK(z.controller.warmup_chunk_rates().empty());
+}
+
+TEST(window_halves_compare_first_and_second_half_of_the_chunks)
+{
+    // 4 chunks of 1000 images: 1+1 s vs 1+0.5 s -> 1000 vs 1333.3 images/s, +33 %.
+    Halves h = halves({1, 1, 1, 0.5}, 1000, 0.02);
+    CHECK(std::abs(*h.first_ips - 1000) < 1e-9 && std::abs(*h.second_ips - 4000.0 / 3) < 1e-9);
+    CHECK(std::abs(*h.change - 1.0 / 3) < 1e-12);
+    CHECK(h.steady == std::optional<bool>(false));
+    // Odd: the middle chunk goes to the second half (1 chunk vs 2).
+    h = halves({2, 1, 1}, 100, 0.02);
+    CHECK(std::abs(*h.first_ips - 50) < 1e-9 && std::abs(*h.second_ips - 100) < 1e-9);
+    h = halves({1.0, 1.01}, 100, 0.02);
+    CHECK(h.steady == std::optional<bool>(true));
+    CHECK(std::abs(*h.change - (100 / 1.01 - 100) / 100) < 1e-12);
+    // Fewer than 2 chunks: steadiness unknown.
+    h = halves({1.0}, 100, 0.02);
+    CHECK(!h.first_ips && !h.second_ips && !h.change && !h.steady);
+
+    WindowRequest r = rule(4 * 49920, 0);
+    r.warmup_by_rule = false;
+    r.warmup_steps = 1;
+    Driven d(r, resident_geometry(r));
+    d.run({500, 100, 100, 100, 50});
+    const Json w = d.controller.window_json(0);
+    CHECK_EQ(w.find("chunk_seconds")->elements().size(), size_t(4));
+    CHECK(std::abs(w.find("halves_change")->as_double() - 1.0 / 3) < 1e-9);
+    CHECK(!w.find("steady")->as_bool());
+}
+
+TEST(window_one_step_epochs_group_into_chunks)
+{
+    // The one-batch modes: an epoch is one step. The rule: 50-step chunks; fixed S: the largest
+    // divisor of S not over 50.
+    CHECK_EQ(divisor_chunk(50, 50), 50);
+    CHECK_EQ(divisor_chunk(780, 50), 39);
+    CHECK_EQ(divisor_chunk(53, 50), 1);
+    CHECK_EQ(divisor_chunk(7, 50), 7);
+    WindowRequest r = rule(12800, 0);  // 12,800 images at batch 128: 100 steps = 2 chunks
+    const EpochGeometry g = one_step_geometry(r, 128);
+    CHECK_EQ(g.chunk_epochs, 50);
+    CHECK_EQ(g.fixed_timed_epochs, 100);
+    Driven d(r, g);
+    std::vector<int> ms = {50};
+    for (int i = 0; i < 500; ++i) ms.push_back(10);
+    d.run(ms);
+    CHECK(d.controller.converged() == std::optional<bool>(true));
+    CHECK_EQ(int64_t(*d.controller.warmup_epochs()), 1 + 2 * 50);  // minimum + two equal 50-step chunks
+    CHECK_EQ(d.controller.timed_epochs(), 100);
+    const Json w = d.controller.window_json(0);
+    CHECK_EQ(w.find("chunk_steps")->as_int(), 50);
+    CHECK_EQ(w.find("steps")->as_int(), 100);
+    CHECK_EQ(w.find("chunk_seconds")->elements().size(), size_t(2));
+    CHECK(w.find("steady")->as_bool());
+
+    WindowRequest fixed;
+    fixed.warmup_steps = 0;
+    fixed.steps = 780;
+    Driven f(fixed, one_step_geometry(fixed, 128));
+    CHECK_EQ(f.controller.initial_maximum_epochs(), 780);
+    CHECK_EQ(f.run({10}), 780);
+    CHECK_EQ(int64_t(*f.controller.warmup_epochs()), 0);
+    const Json fixed_window = f.controller.window_json(0);
+    CHECK_EQ(fixed_window.find("chunk_steps")->as_int(), 39);
+    CHECK_EQ(f.controller.chunk_seconds().size(), size_t(20));
+}
+
+TEST(window_not_closed_and_feed_lowers_maximum_epochs)
+{
+    WindowRequest r = rule(99840, 0);
+    r.warmup_by_rule = false;
+    r.warmup_steps = 1;
+    WindowController c(r, resident_geometry(r));
+    EpochTimeline timeline;
+    int64_t stop = -1;
+    std::vector<int64_t> announced;
+    EpochLineFeed feed(timeline, c, [&](int64_t e) { announced.push_back(e); }, [&](int64_t e) { stop = e; });
+    const Clock::time_point t0{};
+    auto at = [&](int ms) { return t0 + std::chrono::milliseconds(ms); };
+    feed.on_line("Epoch: 0", at(0));
+    feed.on_line("Training error: 2.3", at(10));
+    feed.on_line("Elapsed time: 00:00:00", at(11));
+    feed.on_line("Epoch: 1", at(12));
+    feed.on_line("Training error: 2.2", at(22));
+    CHECK_EQ(stop, -1);
+    CHECK_EQ(window_not_closed(c, 2), "OpenNN stopped after 2 epochs, before the throughput window closed (window: at "
+                                      "least 99840 images and 0 s)");
+    feed.on_line("Training error: 2.2", at(23));  // a repeated line changes nothing
+    feed.on_line("Epoch: 2", at(24));
+    feed.on_line("Training error: 2.1", at(34));
+    CHECK_EQ(stop, 2);
+    CHECK(announced == std::vector<int64_t>({0, 1, 2}));
+    CHECK(c.done() && *c.last_epoch() == 2);
+    // record_window fills the result's keys and the naive rate.
+    Args a = parse({"--benchmark", "throughput", "--batch", "128", "--mode", "graph", "--window-images", "99840",
+                    "--warmup-steps", "1"}).args;
+    Json result = base_result(a, "opennn-graph");
+    record_window(result, a, c, timeline, t0, 0.0, 2.3, 2.1);
+    CHECK_EQ(result.find("images")->as_int(), 2 * 390 * 128);
+    CHECK(std::abs(result.find("window_seconds")->as_double() - 0.022) < 1e-9);
+    CHECK_EQ(result.find("window")->find("images")->as_int(), 2 * 390 * 128);
+    CHECK_EQ(result.find("warmup")->find("steps")->as_int(), 390);
+    CHECK_EQ(result.find("status")->as_string(), "ok");
+}
+
+TEST(resident_plan_under_the_rule_and_the_side_it_runs)
+{
+    const EpochPlan p = plan_epochs(kResidentDatasetImages, 128, rule(99840, 5));
+    CHECK_EQ(p.warmup_epochs, 1);  // the minimum until settled
+    CHECK_EQ(p.timed_epochs, 2);
+    CHECK(!p.settled);
+    const std::string j = p.json().dump();
+    CHECK(j.find("\"window_rule\":\"at least 99840 images and 5 s\"") != std::string::npos);
+    CHECK(j.find("\"steps_requested\":null") != std::string::npos);
+    CHECK(!resident_side_refusal("opennn-graph", 32).has_value());
+    const auto refusal = resident_side_refusal("opennn-graph", 224);
+    CHECK(refusal.has_value());
+    if (refusal)
+    {
+        CHECK_EQ(refusal->find("opennn-graph runs --image-size 32 only: at 224"), size_t(0));
+        CHECK(refusal->find("about 30 GB of GPU memory") != std::string::npos);
+        CHECK(refusal->find("about 60 GB of host memory") != std::string::npos);
+        CHECK(refusal->find("about 15 GB of temporary disk") != std::string::npos);
+        CHECK(refusal->find('\n') == std::string::npos);
+    }
+}
+
+TEST(opennn_figures_arithmetic_with_a_fake_audit)
+{
+    // 2 timed epochs of 390 steps at batch 128: 96 launches, half of them a one-step graph.
+    const EpochPlan plan = plan_epochs(kResidentDatasetImages, 128, 10, 780);
+    GraphAudit::Window w;
+    w.launches = 96;
+    w.full_graph_nodes = 800;
+    w.short_launches = 48;
+    w.graph_steps_estimate = 2 * (24 * 1 + 24 * 8);  // 432
+    const OpenNNFigures f = opennn_figures(w, plan, true, 4.0, 10.0, 3);
+    CHECK_EQ(f.executed_steps, 432 + 2 * 6);  // + the eager tail: 390 mod 8 = 6 steps an epoch
+    CHECK(std::abs(f.naive_ips - 780.0 * 128 / 4) < 1e-9);
+    CHECK(std::abs(f.executed_ips - 444.0 * 128 / 4) < 1e-9);
+    CHECK_EQ(f.runner_style_ips, 15000);  // floor(50,000 x 3 / 10)
+    CHECK_EQ(opennn_figures(w, plan, true, 4.0, 7.0, 3).runner_style_ips, 21428);  // 21428.57 truncated
+    const std::string j = opennn_figures_json(f).dump();
+    CHECK_EQ(j, "{\"naive_ips\":24960,\"executed_steps\":444,\"executed_ips\":14208,\"runner_style_ips\":15000}");
+    // Full graphs: every step ran; no graph at all (capture failed): OpenNN ran them eagerly.
+    GraphAudit::Window full = w;
+    full.short_launches = 0;
+    full.graph_steps_estimate = 768;
+    CHECK_EQ(opennn_figures(full, plan, true, 4.0, 10.0, 3).executed_steps, 780);
+    CHECK_EQ(opennn_figures(GraphAudit::Window{}, plan, true, 4.0, 10.0, 3).executed_steps, 780);
+    CHECK_EQ(opennn_figures(GraphAudit::Window{}, plan, false, 4.0, 10.0, 3).executed_steps, 780);
+    CHECK_EQ(opennn_figures_null().dump(),
+             "{\"naive_ips\":null,\"executed_steps\":null,\"executed_ips\":null,\"runner_style_ips\":null}");
+    const std::string inputs = opennn_figures_inputs(w, plan, true, 4.0, 10.0, 3).dump();
+    CHECK(inputs.find("timed_graph_steps_estimate + timed_epochs x eager_tail_steps_per_epoch") != std::string::npos);
+    CHECK(inputs.find("\"eager_tail_steps\":12") != std::string::npos);
+}
+
+TEST(imagenet_side_batches_and_trees)
+{
+    CHECK(batch_side_supported(32) && batch_side_supported(224) && !batch_side_supported(64));
+    CHECK_EQ(unsupported_side("opennn-pool1", 64),
+             "opennn-pool1 runs --image-size 32 (CIFAR-10's geometry) or 224 (ImageNet's), got 64");
+    const ImageBatch b = synthetic_batch(3, 7, 224);
+    CHECK_EQ(b.side, 224);
+    CHECK_EQ(b.image_bytes(), int64_t(224 * 224 * 3));
+    CHECK_EQ(b.pixels.size(), size_t(3 * 224 * 224 * 3));
+    // The same stream of bytes as at 32: the first 32x32 image's bytes start the 224 batch.
+    const ImageBatch small = synthetic_batch(1, 7);
+    CHECK(std::equal(small.pixels.begin(), small.pixels.end(), b.pixels.begin()));
+    TempDir tmp;
+    {
+        ImageTree tree(b, tmp.path);
+        const std::vector<uint8_t> file = read_file(image_path(tree.root(), b.labels[2], 2));
+        CHECK_EQ(file.size(), size_t(54 + 224 * 224 * 3));
+        int h = 0, w = 0;
+        CHECK(decode_bmp24(file, h, w) == std::vector<uint8_t>(b.image(2), b.image(2) + b.image_bytes()));
+        CHECK(h == 224 && w == 224);
+    }
+    CHECK_THROWS_WITH(load_batch("cifar10", std::string("/nowhere"), 2, 0, 224),
+                      "--dataset cifar10 has 32x32 images: --image-size 224 needs --dataset synthetic");
+    CHECK_EQ(load_batch("synthetic", std::nullopt, 2, 0, 224).side, 224);
 }
 
 // -------------------------------------------------------------------------------------- main
