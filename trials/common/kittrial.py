@@ -209,8 +209,9 @@ def base_result(args, engine: str) -> dict:
             "data_dir": args.data_dir,
             "device": args.device,
             "seed": args.seed,
-            "warmup_steps": warmup,
-            "steps": steps,
+            # null: decided by the window rule as the run goes (result["warmup"], result["window"])
+            "warmup_steps": None if adaptive_warmup(args) else warmup,
+            "steps": None if uses_window_rule(args) else steps,
             "memory_budget_mib": args.memory_budget_mib,
             "cudnn_benchmark": bool(args.cudnn_benchmark),
             "image_size": args.image_size,

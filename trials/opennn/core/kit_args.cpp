@@ -107,12 +107,13 @@ std::string bounded_int(const std::string& text, int64_t minimum, int64_t& out)
     return "";
 }
 
-// A finite number >= minimum: the message argparse shows after "argument X: ".
-std::string bounded_float(const std::string& text, double minimum, double& out)
+// A finite number in [low, high] ((low, high] when low_open): kittrial._float_in's message.
+std::string ranged_float(const std::string& text, double low, double high, bool low_open, double& out)
 {
     double value = 0;
-    if (!python_float(text, value) || !std::isfinite(value) || value < minimum)
-        return std::string("must be a number >= ") + json_number(minimum) + ", got " + quoted(text);
+    if (!python_float(text, value) || !std::isfinite(value) || value > high || (low_open ? value <= low : value < low))
+        return std::string("must be a number ") + (low_open ? "> " : ">= ") + json_number(low) + " and <= " +
+               json_number(high) + ", got " + quoted(text);
     out = value;
     return "";
 }
@@ -152,20 +153,31 @@ std::vector<Option> options(const std::vector<std::string>& modes)
     o.push_back({"--warmup-steps", "WARMUP_STEPS", {}, false, at_least(&Args::warmup_steps, 0)});
     o.push_back({"--steps", "STEPS", {}, false, at_least(&Args::steps, 1)});
     o.push_back({"--cudnn-benchmark", "", {}, false, nullptr});  // store_true
-    o.push_back({"--image-size", "IMAGE_SIZE", {}, false,
-                 [](Args& a, const std::string& v) { return bounded_int(v, 1, a.image_size); }});
+    o.push_back({"--image-size", "IMAGE_SIZE", {}, false, [](Args& a, const std::string& v) {
+                     int64_t x = 0;
+                     std::string err = bounded_int(v, 1, x);
+                     if (err.empty() && (x < kMinImageSize || x > kMaxImageSize))
+                         err = "must be between " + std::to_string(kMinImageSize) + " and " +
+                               std::to_string(kMaxImageSize) + " pixels, got " + quoted(v);
+                     if (err.empty()) a.image_size = x;
+                     return err;
+                 }});
     o.push_back({"--window-images", "WINDOW_IMAGES", {}, false, at_least(&Args::window_images, 1)});
     o.push_back({"--window-seconds", "WINDOW_SECONDS", {}, false,
                  [](Args& a, const std::string& v) {
                      double x = 0;
-                     std::string err = bounded_float(v, 0, x);
+                     std::string err = ranged_float(v, 0, kMaxSeconds, true, x);
                      if (err.empty()) a.window_seconds = x;
                      return err;
                  }});
     o.push_back({"--steady-tolerance", "STEADY_TOLERANCE", {}, false,
-                 [](Args& a, const std::string& v) { return bounded_float(v, 0, a.steady_tolerance); }});
-    o.push_back({"--max-warmup-seconds", "MAX_WARMUP_SECONDS", {}, false,
-                 [](Args& a, const std::string& v) { return bounded_float(v, 0, a.max_warmup_seconds); }});
+                 [](Args& a, const std::string& v) { return ranged_float(v, 0, 1, true, a.steady_tolerance); }});
+    o.push_back({"--max-warmup-seconds", "MAX_WARMUP_SECONDS", {}, false, [](Args& a, const std::string& v) {
+                     double x = 0;
+                     std::string err = ranged_float(v, 0, kMaxSeconds, false, x);
+                     if (err.empty()) a.max_warmup_seconds = x;
+                     return err;
+                 }});
     // Options with choices show them as the metavar, as argparse does.
     for (Option& opt : o)
         if (opt.metavar.empty() && !opt.choices.empty())
@@ -356,7 +368,8 @@ bool window_by_rule(const Args& args)
 
 bool warmup_by_rule(const Args& args)
 {
-    return args.benchmark == "throughput" && !args.warmup_steps && window_flags(args);
+    return args.benchmark == "throughput" && !args.warmup_steps &&
+           (window_by_rule(args) || args.max_warmup_seconds.has_value());
 }
 
 }  // namespace kit

@@ -21,7 +21,9 @@ inline constexpr int64_t kThroughputSteps = 50;
 // ends the adaptive warm-up and judges the window's halves, and the adaptive warm-up's bound.
 inline constexpr int64_t kImageSize = 32;
 inline constexpr double kSteadyTolerance = 0.02;
-inline constexpr double kMaxWarmupSeconds = 120;
+inline constexpr double kMaxWarmupSeconds = 120;  // the adaptive warm-up's bound when none is given
+inline constexpr int64_t kMinImageSize = 32, kMaxImageSize = 512;  // kittrial.MIN_IMAGE_SIZE, MAX_IMAGE_SIZE
+inline constexpr double kMaxSeconds = 86400;
 
 struct Args
 {
@@ -38,11 +40,12 @@ struct Args
     std::optional<int64_t> warmup_steps;  // >= 0
     std::optional<int64_t> steps;         // >= 1
     bool cudnn_benchmark = false;
-    int64_t image_size = kImageSize;             // >= 1: input side (engines refuse what they cannot run)
+    int64_t image_size = kImageSize;             // 32..512: input side (engines refuse what they cannot run)
     std::optional<int64_t> window_images;        // >= 1: the timed window holds at least this many images
-    std::optional<double> window_seconds;        // >= 0: ... and lasts at least this long
-    double steady_tolerance = kSteadyTolerance;  // >= 0
-    double max_warmup_seconds = kMaxWarmupSeconds;  // >= 0
+    std::optional<double> window_seconds;        // (0, 86400]: ... and lasts at least this long
+    double steady_tolerance = kSteadyTolerance;  // (0, 1]
+    // [0, 86400]; given, it turns the adaptive warm-up on without the window rule (kittrial.adaptive_warmup)
+    std::optional<double> max_warmup_seconds;
 };
 
 struct ParseResult

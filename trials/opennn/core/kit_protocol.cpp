@@ -72,7 +72,7 @@ Json base_result(const Args& args, const std::string& engine)
     settings.set("window_images", args.window_images ? Json(*args.window_images) : Json());
     settings.set("window_seconds", args.window_seconds ? Json(*args.window_seconds) : Json());
     settings.set("steady_tolerance", args.steady_tolerance);
-    settings.set("max_warmup_seconds", args.max_warmup_seconds);
+    settings.set("max_warmup_seconds", args.max_warmup_seconds ? Json(*args.max_warmup_seconds) : Json());
     r.set("settings", settings);
     if (args.benchmark == "throughput")
     {

@@ -44,7 +44,7 @@ WindowRequest window_request(const Args& args)
     r.min_images = args.window_images.value_or(0);
     r.min_seconds = args.window_seconds.value_or(0);
     r.tolerance = args.steady_tolerance;
-    r.max_warmup_seconds = args.max_warmup_seconds;
+    r.max_warmup_seconds = args.max_warmup_seconds.value_or(kMaxWarmupSeconds);
     return r;
 }
 

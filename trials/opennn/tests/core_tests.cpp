@@ -297,7 +297,7 @@ TEST(args_window_flags_defaults_values_and_rule)
     CHECK_EQ(d.args.image_size, 32);
     CHECK(!d.args.window_images && !d.args.window_seconds);
     CHECK_EQ(d.args.steady_tolerance, 0.02);
-    CHECK_EQ(d.args.max_warmup_seconds, 120.0);
+    CHECK(!d.args.max_warmup_seconds.has_value());
     CHECK(!window_by_rule(d.args) && !warmup_by_rule(d.args));  // old hosts: W 10, S 50
 
     const ParseResult r = parse({"--benchmark", "throughput", "--batch", "2", "--mode", "pool1", "--image-size=224",
@@ -308,7 +308,7 @@ TEST(args_window_flags_defaults_values_and_rule)
     CHECK_EQ(*r.args.window_images, 99840);
     CHECK_EQ(*r.args.window_seconds, 5.0);
     CHECK_EQ(r.args.steady_tolerance, 0.05);
-    CHECK_EQ(r.args.max_warmup_seconds, 10.5);
+    CHECK_EQ(*r.args.max_warmup_seconds, 10.5);
     CHECK(window_by_rule(r.args) && warmup_by_rule(r.args));
 
     // --steps / --warmup-steps override their own part of the rule.
@@ -318,7 +318,8 @@ TEST(args_window_flags_defaults_values_and_rule)
         return parse(argv).args;
     };
     CHECK(!window_by_rule(with({"--window-seconds", "5", "--steps", "7"})));
-    CHECK(warmup_by_rule(with({"--window-seconds", "5", "--steps", "7"})));
+    CHECK(!warmup_by_rule(with({"--window-seconds", "5", "--steps", "7"})));  // kittrial.adaptive_warmup
+    CHECK(warmup_by_rule(with({"--max-warmup-seconds", "30", "--steps", "7"})));  // the bound turns it on
     CHECK(window_by_rule(with({"--window-images", "9", "--warmup-steps", "3"})));
     CHECK(!warmup_by_rule(with({"--window-images", "9", "--warmup-steps", "3"})));
     CHECK(!window_by_rule(with({"--steady-tolerance", "0.1"})));  // tolerance alone is no rule
@@ -335,18 +336,20 @@ TEST(args_window_flags_defaults_values_and_rule)
     CHECK_EQ(error_of({"--image-size", "0"}), "argument --image-size: must be an integer >= 1, got '0'");
     CHECK_EQ(error_of({"--window-images", "0"}), "argument --window-images: must be an integer >= 1, got '0'");
     CHECK_EQ(error_of({"--window-images", "1e5"}), "argument --window-images: must be an integer >= 1, got '1e5'");
-    CHECK_EQ(error_of({"--window-seconds", "-1"}), "argument --window-seconds: must be a number >= 0, got '-1'");
-    CHECK_EQ(error_of({"--window-seconds", "abc"}), "argument --window-seconds: must be a number >= 0, got 'abc'");
-    CHECK_EQ(error_of({"--window-seconds", "inf"}), "argument --window-seconds: must be a number >= 0, got 'inf'");
-    CHECK_EQ(error_of({"--steady-tolerance", "nan"}), "argument --steady-tolerance: must be a number >= 0, got 'nan'");
-    CHECK_EQ(error_of({"--steady-tolerance", "0x10"}), "argument --steady-tolerance: must be a number >= 0, got '0x10'");
+    CHECK_EQ(error_of({"--window-seconds", "-1"}), "argument --window-seconds: must be a number > 0 and <= 86400, got '-1'");
+    CHECK_EQ(error_of({"--window-seconds", "abc"}), "argument --window-seconds: must be a number > 0 and <= 86400, got 'abc'");
+    CHECK_EQ(error_of({"--window-seconds", "inf"}), "argument --window-seconds: must be a number > 0 and <= 86400, got 'inf'");
+    CHECK_EQ(error_of({"--steady-tolerance", "nan"}), "argument --steady-tolerance: must be a number > 0 and <= 1, got 'nan'");
+    CHECK_EQ(error_of({"--steady-tolerance", "0x10"}), "argument --steady-tolerance: must be a number > 0 and <= 1, got '0x10'");
     CHECK_EQ(error_of({"--max-warmup-seconds", "1__0"}),
-             "argument --max-warmup-seconds: must be a number >= 0, got '1__0'");
+             "argument --max-warmup-seconds: must be a number >= 0 and <= 86400, got '1__0'");
     CHECK_EQ(error_of({"--max-warmup-seconds"}), "argument --max-warmup-seconds: expected one argument");
     CHECK_EQ(error_of({"--window", "5"}), "ambiguous option: --window could match --window-images, --window-seconds");
     CHECK_EQ(error_of({"--window-s", ".5"}), "<ok>");
     CHECK_EQ(error_of({"--max-warmup-seconds", "0"}), "<ok>");
-    CHECK_EQ(error_of({"--steady-tolerance", "5."}), "<ok>");
+    CHECK_EQ(error_of({"--steady-tolerance", ".5"}), "<ok>");
+    CHECK_EQ(error_of({"--image-size", "16"}), "argument --image-size: must be between 32 and 512 pixels, got '16'");
+    CHECK_EQ(error_of({"--window-seconds", "0"}), "argument --window-seconds: must be a number > 0 and <= 86400, got '0'");
 }
 
 TEST(args_help)
