@@ -328,3 +328,27 @@ def test_a_real_run_records_joules_from_the_counter_and_its_steadiness(tmp_path)
         assert len(w["chunk_seconds"]) >= 4 and w["seconds"] >= 1.0
     assert cell["energy"]["mean_watts"] == pytest.approx(watts, rel=0.01)
     assert cell["steadiness"]["runs_judged"] == 2
+
+
+def test_a_refused_opennn_graph_figure_is_shown_with_its_corrected_figures(tmp_path):
+    """OpenNN's graph path: the trial refuses the naive figure when graphs ran short, and reports beside it
+    the rate of the steps that ran and what OpenNN's own runner would print; the report shows both."""
+    from kitctl.reports.report import render
+    from kitctl.reports.sources import load_source
+
+    doc = json.loads((ROOT / "tests" / "data" / "throughput-sample.json").read_text())
+    figures = [{"naive_ips": 60_000.0, "executed_steps": 432, "executed_ips": 33_000.0 + i, "runner_style_ips": 25_000}
+               for i in range(3)]
+    doc["results"].append({"engine": "opennn-graph", "precision": "fp32", "state": "done", "status": "failed",
+                           "batch": 128, "trials": [], "summary": None,
+                           "reason": "run 1/5 failed — error: launched a graph smaller than a full 8-step group",
+                           "runs": [{"run": i + 1, "images_per_second": None, "images": None, "window_seconds": None,
+                                     "warmup_seconds": None, "result": {"opennn_figures": f}}
+                                    for i, f in enumerate(figures)]})
+    doc["configuration"]["engines"].append("opennn-graph")
+    path = tmp_path / "throughput-resnet50-synthetic-20261202T000000Z.json"
+    path.write_text(json.dumps(doc))
+    text = render([load_source(path)], [], tmp_path)
+    line = next(ln for ln in text.splitlines() if "OpenNN's figures beside the naive one" in ln)
+    assert "steps that ran × batch ÷ window: 33,001 images/s" in line
+    assert "what OpenNN's own runner would print: 25,000 images/s" in line

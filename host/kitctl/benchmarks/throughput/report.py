@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from ...core.tables import Ratio, engine_label
 from ...reports.format import cell_label, fmt_int, join, num, table
 from .config import WINDOW_IMAGES, WINDOW_SECONDS
-from .table import has_window_rule_columns, steady_text, throughput_ratio_pairs, throughput_rows
+from .table import has_window_rule_columns, opennn_figures_text, steady_text, throughput_ratio_pairs, throughput_rows
 
 if TYPE_CHECKING:  # the report shell's type; importing it here would make reports and benchmarks a cycle
     from ...reports.sources import Source
@@ -89,6 +89,11 @@ def caveats_protocol(src: Source) -> list[str]:
     if unsteady:
         out.append(f"**Not steady** — {join(unsteady)}: the figure is kept, but it moves with the window; "
                    "read it as a range, not a rank.")
+    for t in src.tput:
+        if (text := opennn_figures_text(t)) is not None:
+            out.append(f"**OpenNN's figures beside the naive one** — {cell_label(t.engine, t.precision)}: {text}. "
+                       "The naive figure (every planned step × batch ÷ window) stands only when the CUDA-graph audit "
+                       "saw every planned step run.")
     short = _short_windows(src)
     if short:
         out.append(f"**Window too short to be steady** — {join(short)} (median timed window): measured with a fixed "

@@ -33,6 +33,10 @@ class ThroughputRow:
     steady: bool | None = None
     steady_why: str | None = None
     window_s: float | None = None
+    # OpenNN's graph path whose naive figure the trial refused (short graphs): the median over the runs of
+    # the executed-steps rate and of what OpenNN's own runner would print (result.opennn_figures).
+    opennn_executed_ips: float | None = None
+    opennn_runner_ips: float | None = None
 
 
 def _num(x: Any) -> float | None:
@@ -79,8 +83,28 @@ def throughput_rows(doc: dict[str, Any]) -> list[ThroughputRow]:
             joules_per_image=_num(energy.get("joules_per_image")), mean_watts=_num(energy.get("mean_watts")),
             steady=steadiness.get("steady") if isinstance(steadiness.get("steady"), bool) else None,
             steady_why=steadiness.get("why") if isinstance(steadiness.get("why"), str) else None,
-            window_s=_median(windows) if windows and not failed else None))
+            window_s=_median(windows) if windows and not failed else None,
+            opennn_executed_ips=_figure(c, "executed_ips"), opennn_runner_ips=_figure(c, "runner_style_ips")))
     return rows
+
+
+def _figure(cell: dict[str, Any], key: str) -> float | None:
+    """The median over a cell's runs of one of OpenNN's corrected figures (None where no run has it)."""
+    vals = [_num(((r.get("result") or {}).get("opennn_figures") or {}).get(key)) for r in cell.get("runs") or []]
+    return _median([v for v in vals if v is not None]) or None
+
+
+def opennn_figures_text(r: ThroughputRow) -> str | None:
+    """OpenNN's corrected figures, labelled, for a row whose naive figure was refused or kept."""
+    if r.opennn_executed_ips is None and r.opennn_runner_ips is None:
+        return None
+    parts = []
+    if r.opennn_executed_ips is not None:
+        parts.append(f"steps that ran × batch ÷ window: {r.opennn_executed_ips:,.0f} images/s")
+    if r.opennn_runner_ips is not None:
+        parts.append(f"what OpenNN's own runner would print: {r.opennn_runner_ips:,.0f} images/s "
+                     "(its formula: 50,000 images × epochs ÷ the whole train() call)")
+    return "; ".join(parts)
 
 
 def has_window_rule_columns(rows: list[ThroughputRow]) -> bool:
@@ -134,6 +158,9 @@ def print_table(console: Any, model: str, dataset: str, batch: int, doc: dict[st
     for c in doc["results"]:
         if c.get("status") == "failed":
             console.print(f"FAILED {c['engine']} {c['precision']}: {c['reason']}")
+    for r in rows:
+        if (text := opennn_figures_text(r)) is not None:
+            console.print(f"OpenNN {r.engine} {r.precision}: {text}")
     for r in rows:
         if r.steady is False:
             console.print(f"not steady: {r.engine} {r.precision}: {r.steady_why} (its figure is kept)")
