@@ -36,7 +36,7 @@ pytestmark = pytest.mark.docker
 from kitctl.core.artifact import load  # noqa: E402
 from kitctl.runtimes.docker import LABEL_HOST, LABEL_OWNER_PID, LABEL_RUN_ID  # noqa: E402
 
-from conftest import BASE_IMAGE, VARIANT, _unavailable, remove_containers  # noqa: E402
+from conftest import BASE_IMAGE, VARIANT, unavailable, remove_containers  # noqa: E402
 
 ENTRY = [sys.executable, "-c", "from kitctl.cli import main; main()"]
 REGTEST_IMAGE = f"kitctl/pytorch:regtest-{os.getpid()}"
@@ -72,7 +72,7 @@ def registry(tmp_path_factory):
     """A throw-away registry on loopback: HOST:PORT; stopped (and its storage dropped) at the end."""
     exe = shutil.which("docker-registry") or "/usr/bin/docker-registry"
     if not os.access(exe, os.X_OK):
-        _unavailable("docker-registry is not installed (apt-get install docker-registry; .ci/docker-up.sh does)")
+        unavailable("docker-registry is not installed (apt-get install docker-registry; .ci/docker-up.sh does)")
     d = tmp_path_factory.mktemp("registry")
     port = _free_port()
     cfg = {
