@@ -74,10 +74,17 @@ write_spec() {
  "devices": [
   {"name": "0", "containerEdits": {"deviceNodes": [{"path": "$MISSING_NODE"}]}},
   {"name": "$FAKE_UUID", "containerEdits": {"deviceNodes": [{"path": "$MISSING_NODE"}]}},
-  {"name": "all", "containerEdits": {"deviceNodes": [{"path": "$MISSING_NODE"}]}},
-  {"name": "$NODELESS_UUID", "containerEdits": {"env": ["KITCTL_CDI_TEST_GPU=$NODELESS_UUID"]}}
+  {"name": "all", "containerEdits": {"deviceNodes": [{"path": "$MISSING_NODE"}]}}
  ],
  "containerEdits": {}}
+EOF
+  # The node-less device in a spec file of its own (same kind: the daemon merges them), so a start
+  # by an older copy of this script, which rewrites kitctl-test.json only, leaves it in place.
+  cat >"$RUN/cdi/kitctl-test-nodeless.json" <<EOF
+{"cdiVersion": "0.6.0", "kind": "nvidia.com/gpu",
+ "devices": [
+  {"name": "$NODELESS_UUID", "containerEdits": {"env": ["KITCTL_CDI_TEST_GPU=$NODELESS_UUID"]}}
+ ]}
 EOF
   [[ ! -e $MISSING_NODE ]] || die "$MISSING_NODE exists: the test spec needs a device node that does not"
 }
