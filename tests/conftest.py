@@ -131,6 +131,10 @@ def pytest_terminal_summary(terminalreporter):
     reasons = collections.Counter(_skip_reason(r) for r in reps)
     named = "; ".join(f"{n}× {why}" for why, n in reasons.most_common())
     terminalreporter.write_line(f"skipped: {len(reps)}" + (f" ({named})" if named else ""))
+    seed = terminalreporter.config.pluginmanager.has_plugin("randomly") and \
+        terminalreporter.config.getoption("randomly_seed", None)
+    if seed not in (None, False, "default", "last"):  # the order this run's tests ran in, to repeat it
+        terminalreporter.write_line(f"test order: shuffled by pytest-randomly, --randomly-seed={seed}")
 
 
 # ---- one inductor cache for the session ---------------------------------------------------------

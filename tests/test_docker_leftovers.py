@@ -22,10 +22,10 @@ import threading
 import time
 from pathlib import Path
 
+import docker  # a dependency of kitctl itself
 import pytest
 import yaml
 
-docker = pytest.importorskip("docker")
 pytestmark = pytest.mark.docker
 
 from kitctl.core.protocol import TrialRequest  # noqa: E402
