@@ -10,10 +10,10 @@ GPU-less host, on a host that is not. Any other skip
 under CI=true is turned into a failure here, and every run ends with one line counting the skips
 and naming their reasons.
 
-One inductor cache for the session: the local trials' torch.compile writes its compiled kernels
-under TORCHINDUCTOR_CACHE_DIR (set here once, for every test and its subprocesses), so only the
-session's first compile of a graph is cold. The trials' own policy is unchanged: a container
-compiles in its own /tmp, and a test that sets the variable keeps its own.
+One inductor cache for the test run: the local trials' torch.compile writes its compiled kernels
+under TORCHINDUCTOR_CACHE_DIR, set here once for every test and its subprocesses (unless the
+environment already names one), so only the first compile of a graph is cold. The trials' own
+policy is unchanged: a container compiles in its own /tmp.
 """
 from __future__ import annotations
 
@@ -137,11 +137,16 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(f"test order: shuffled by pytest-randomly, --randomly-seed={seed}")
 
 
-# ---- one inductor cache for the session ---------------------------------------------------------
+# ---- one inductor cache for the test run ---------------------------------------------------------
+
+INDUCTOR_CACHE = Path(tempfile.gettempdir()) / f"kitctl-tests-torchinductor-{os.getuid()}"
+
 
 def pytest_configure(config):
-    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="kitctl-tests-inductor-")
+    # Set once, before any test starts a trial: every test and every subprocess (kitctl, its local trials)
+    # inherits it, whatever else a test changes in its environment. Kept on the machine between runs, so a
+    # graph compiled once (same torch, same shapes) is a cache hit for every later test and run.
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(INDUCTOR_CACHE))
 
 
 # ---- Docker -------------------------------------------------------------------------------------
