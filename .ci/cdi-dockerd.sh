@@ -3,7 +3,10 @@
 # (tests/test_gpu_request.py). CI's own daemon is Debian 12's docker.io 20.10, which has no CDI;
 # this one is Debian trixie's dockerd 26.1 (tools/docker-engine-payload.sh), with
 # features.cdi=true and a CDI spec dir holding one spec, kind nvidia.com/gpu, whose device node
-# does not exist: every CDI request for it is refused by the daemon itself. It has its own
+# does not exist: every CDI request for it is refused by the daemon itself. One more device of
+# that kind, NODELESS_UUID, has no device node at all (only an environment variable): a request
+# for it is honoured, so a kit candidate starts "on a GPU" that is not there (the VRAM gate's
+# end-to-end test under Docker, tests/test_gate_e2e.py, with a stand-in NVML). It has its own
 # socket, data-root, exec-root, pidfile, (managed) containerd and network namespace, no bridge
 # and no iptables, so the shared daemon is never touched.
 #
@@ -29,6 +32,7 @@ HOST="unix://$SOCK"
 STANDIN_IMAGE="kitctl-cdi-test/true:2"
 MISSING_NODE="/dev/kitctl-cdi-test-no-such-gpu"
 FAKE_UUID="GPU-cd1cd1cd-0000-4000-8000-000000000000"
+NODELESS_UUID="GPU-cd1cd1cd-0000-4000-8000-00000000a11e"
 
 log() { printf '[cdi-dockerd %(%H:%M:%S)T] %s\n' -1 "$*"; }
 die() { printf 'cdi-dockerd: %s\n' "$*" >&2; exit 1; }
@@ -73,6 +77,14 @@ write_spec() {
   {"name": "all", "containerEdits": {"deviceNodes": [{"path": "$MISSING_NODE"}]}}
  ],
  "containerEdits": {}}
+EOF
+  # The node-less device in a spec file of its own (same kind: the daemon merges them), so a start
+  # by an older copy of this script, which rewrites kitctl-test.json only, leaves it in place.
+  cat >"$RUN/cdi/kitctl-test-nodeless.json" <<EOF
+{"cdiVersion": "0.6.0", "kind": "nvidia.com/gpu",
+ "devices": [
+  {"name": "$NODELESS_UUID", "containerEdits": {"env": ["KITCTL_CDI_TEST_GPU=$NODELESS_UUID"]}}
+ ]}
 EOF
   [[ ! -e $MISSING_NODE ]] || die "$MISSING_NODE exists: the test spec needs a device node that does not"
 }

@@ -22,7 +22,8 @@ It mirrors the pynvml calls the kit makes, with pynvml's shapes:
   fail (an old driver), so the adapter must fall back to v1.
 * `nvmlDeviceGetComputeRunningProcesses` / `nvmlDeviceGetGraphicsRunningProcesses`: objects
   with `pid` and `usedGpuMemory` (bytes, or None when NVML cannot tell), and
-  `nvmlSystemGetProcessName(pid)`.
+  `nvmlSystemGetProcessName(pid)`. A device's process list may be a callable (asked anew
+  at each call).
 * Throughput's telemetry: `nvmlDeviceGetTotalEnergyConsumption` (mJ), `nvmlDeviceGetPowerUsage`
   (mW), `nvmlDeviceGetTemperature(handle, NVML_TEMPERATURE_GPU)` (°C). Each device's `energy_mj`
   is a callable `f(time.time()) -> mJ` (None: the call raises Not Supported, as before Volta), so
@@ -33,12 +34,22 @@ Scripting used memory: each device has a `used_mib` script, either a sequence of
 callable `f(call_number) -> MiB`. A value may be an Exception instance, which that call
 raises (a transient NVML error). Strings can be answered as bytes (`as_bytes=True`), as
 pynvml < 11.5 did.
+
+Memory that rises with a real process: `CandidateMemory` answers `used` as an idle value plus
+the resident memory (RSS, read from /proc) of the processes a real `kitctl` started for its
+candidate, and lists them as compute processes; `tests/nvml_stand_in/pynvml.py` puts it behind
+the `pynvml` a `kitctl` subprocess imports. A trial that allocates host memory (the trial
+fault `KIT_TRIAL_FAULT=grow`) then "allocates device memory", and gives it back only when it
+is gone: the VRAM gate's real kill can be seen on a host without a GPU.
 """
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Sequence
 
@@ -63,7 +74,7 @@ class FakeDevice:
     total_mib: float = 143771.0
     used_mib: Sequence[Any] | Callable[[int], Any] = (500.0,)
     reserved_mib: float = 0.0
-    compute_processes: list[FakeProcess] = field(default_factory=list)
+    compute_processes: list[FakeProcess] | Callable[[], list[FakeProcess]] = field(default_factory=list)
     graphics_processes: list[FakeProcess] = field(default_factory=list)
     mig_mode: tuple[int, int] | None = (0, 0)
     clocks_mhz: dict[int, int] = field(default_factory=lambda: {0: 1980, 1: 1980, 2: 3201})
@@ -227,7 +238,9 @@ class FakeNvmlLib:
 
     # -- processes ----------------------------------------------------------------------
     @staticmethod
-    def _procs(procs: list[FakeProcess]) -> list[SimpleNamespace]:
+    def _procs(procs: list[FakeProcess] | Callable[[], list[FakeProcess]]) -> list[SimpleNamespace]:
+        if callable(procs):
+            procs = procs()
         return [SimpleNamespace(pid=p.pid, usedGpuMemory=None if p.used_mib is None else int(p.used_mib * MIB),
                                 gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF) for p in procs]
 
@@ -239,7 +252,117 @@ class FakeNvmlLib:
 
     def nvmlSystemGetProcessName(self, pid: int) -> str | bytes:
         for d in self.devices:
-            for p in d.compute_processes + d.graphics_processes:
+            compute = d.compute_processes() if callable(d.compute_processes) else d.compute_processes
+            for p in compute + d.graphics_processes:
                 if p.pid == pid:
                     return self._str(p.name)
         raise NVMLError("Not Found")
+
+
+# -- memory that rises with a real process ---------------------------------------------------
+
+OWNER_LABEL = "kit.owner-pid"  # the label kitctl puts on its containers (DESIGN.md, "Artifact")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _parents() -> dict[int, int]:
+    """pid → parent pid of every process in /proc."""
+    out: dict[int, int] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        out[int(d)] = int(stat.rsplit(")", 1)[1].split()[1])  # "pid (comm) state ppid ..."
+    return out
+
+
+def rss_mib(pid: int) -> float:
+    """Resident memory of a live process, MiB; 0 once it is gone."""
+    try:
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE / 2**20
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def alive(pid: int) -> bool:
+    """A process that exists and is not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+class CandidateMemory:
+    """`used` = idle + RSS of the candidate's processes: every process below `owner_pid` (the
+    local runtime's trial, in its own session, is a child of kitctl) and every process of a
+    running container labelled kit.owner-pid=<owner_pid> (the Docker runtime's; needs
+    `docker_client`). The set of processes is looked up every `refresh_s`, their RSS at every
+    call. With `log_path`, each look-up appends one JSON line {t, pids, rss_mib} (wall time),
+    so a test can tell when the memory rose and when the processes were gone."""
+
+    def __init__(self, owner_pid: int, idle_mib: float, *, docker_client: Any = None,
+                 refresh_s: float = 0.05, log_path: str | os.PathLike[str] | None = None) -> None:
+        self.owner_pid = owner_pid
+        self.idle_mib = idle_mib
+        self.docker = docker_client
+        self.refresh_s = refresh_s
+        self.log_path = Path(log_path) if log_path else None
+        self._lock = threading.Lock()
+        self._pids: set[int] = set()
+        self._container_pids: dict[str, int] = {}  # container id → its first process
+        self._next = 0.0
+
+    def _roots(self) -> set[int]:
+        roots = {self.owner_pid}
+        if self.docker is not None:
+            try:
+                running = self.docker.containers.list(filters={"label": f"{OWNER_LABEL}={self.owner_pid}"})
+            except Exception:  # noqa: BLE001 - a daemon hiccup: keep the last answer
+                return roots | set(self._container_pids.values())
+            for c in running:
+                if c.id not in self._container_pids:
+                    try:
+                        self._container_pids[c.id] = int(self.docker.api.inspect_container(c.id)["State"]["Pid"])
+                    except Exception:  # noqa: BLE001 - gone meanwhile
+                        continue
+            ids = {c.id for c in running}
+            self._container_pids = {k: v for k, v in self._container_pids.items() if k in ids}
+            roots |= {p for p in self._container_pids.values() if p > 0}
+        return roots
+
+    def _refresh(self) -> set[int]:
+        parents = _parents()
+        children: dict[int, list[int]] = {}
+        for pid, ppid in parents.items():
+            children.setdefault(ppid, []).append(pid)
+        roots = self._roots()
+        found: set[int] = set()
+        todo = [r for r in roots if r != self.owner_pid and r in parents] + children.get(self.owner_pid, [])
+        while todo:
+            pid = todo.pop()
+            if pid not in found:
+                found.add(pid)
+                todo.extend(children.get(pid, []))
+        return {p for p in found if alive(p)}
+
+    def pids(self) -> set[int]:
+        with self._lock:
+            now = time.monotonic()
+            if now >= self._next:
+                self._pids = self._refresh()
+                self._next = now + self.refresh_s
+                if self.log_path is not None:
+                    line = {"t": time.time(), "pids": sorted(self._pids),
+                            "rss_mib": round(sum(rss_mib(p) for p in self._pids), 1)}
+                    with self.log_path.open("a") as f:
+                        f.write(json.dumps(line) + "\n")
+            return set(self._pids)
+
+    def used_mib(self, _call: int = 0) -> float:
+        return self.idle_mib + sum(rss_mib(p) for p in self.pids())
+
+    def processes(self) -> list[FakeProcess]:
+        return [FakeProcess(p, rss_mib(p)) for p in sorted(self.pids())]

@@ -20,6 +20,7 @@ import pytest
 
 from kitctl import launch
 from kitctl.core.artifact import PARTIAL_SUFFIX, load, open_for_resume
+from conftest import host_lacks, unavailable  # noqa: E402
 
 ENTRY = [sys.executable, "-c", "from kitctl.entry import main; main()"]
 CPU = ["run", "maxbatch", "--device", "cpu", "--runtime", "local"]
@@ -155,7 +156,9 @@ def tiny_disk(tmp_path):
     r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0755", "tmpfs", str(d)],
                        capture_output=True, text=True)
     if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip() or r.returncode}")
+        if os.geteuid() != 0:
+            host_lacks("root", f"mounting a tmpfs needs root: {r.stderr.strip() or r.returncode}")
+        unavailable(f"cannot mount a tmpfs here: {r.stderr.strip() or r.returncode}")
     try:
         yield d
     finally:

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import host_kind_reason  # noqa: E402
 
 ENTRY = [sys.executable, "-c", "from kitctl.cli import main; main()"]
 
@@ -142,7 +143,7 @@ def test_gpu_uuid_that_does_not_exist(work):
            match=("no NVIDIA driver", "no GPU matches"))
 
 
-@pytest.mark.skipif(HAS_GPU, reason="this host has a GPU: the run would start")
+@pytest.mark.skipif(HAS_GPU, reason=host_kind_reason("no-gpu", "this host has a GPU: the run would start"))
 def test_no_gpu_without_device_cpu(work):
     msg = refuse(work, "run", "maxbatch", match="no NVIDIA driver")
     assert "--device cpu" in msg
@@ -188,7 +189,7 @@ def test_data_dir_is_a_file(work, tmp_path):
            match="not a readable directory")
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any directory")
+@pytest.mark.skipif(os.geteuid() == 0, reason=host_kind_reason("non-root", "root reads any directory"))
 def test_unreadable_data_dir(work, tmp_path):
     d = tmp_path / "locked"
     (d / "cifar-10-batches-bin").mkdir(parents=True)

@@ -13,7 +13,7 @@ import pytest
 
 from kitctl.core.artifact import load, validate
 
-pytest.importorskip("skimage", reason="the corpus's photographs ship in scikit-image")
+from conftest import need_module
 
 ENTRY = [sys.executable, "-c", "from kitctl.cli import main; main()"]
 
@@ -40,6 +40,7 @@ def finals(results: Path, prefix: str) -> list[Path]:
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
+    need_module("skimage", "the corpus's photographs ship in scikit-image")
     out = tmp_path_factory.mktemp("data") / "corpus"
     p = kitctl("data", "make", "--out", out, "--images", 24, "--classes", 3, "--workers", 2)
     assert p.returncode == 0, p.stderr

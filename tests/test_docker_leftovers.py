@@ -22,17 +22,17 @@ import threading
 import time
 from pathlib import Path
 
+import docker  # a dependency of kitctl itself
 import pytest
 import yaml
 
-docker = pytest.importorskip("docker")
 pytestmark = pytest.mark.docker
 
 from kitctl.core.protocol import TrialRequest  # noqa: E402
 from kitctl.runtimes.base import RuntimeUnavailable  # noqa: E402
 from kitctl.runtimes.docker import LABEL_RUN_ID, DockerRuntime, from_cli, remove_run_containers  # noqa: E402
 
-from conftest import BASE_IMAGE, _unavailable  # noqa: E402
+from conftest import BASE_IMAGE, unavailable  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ENTRY = [sys.executable, "-c", "from kitctl.cli import main; main()"]
@@ -59,7 +59,7 @@ def stubs(client):
     try:
         client.images.get(BASE_IMAGE)
     except docker.errors.ImageNotFound:
-        _unavailable(f"base image {BASE_IMAGE} is absent: run .ci/docker-up.sh")
+        unavailable(f"base image {BASE_IMAGE} is absent: run .ci/docker-up.sh")
     # `sh -c CMD trial ARGS…` ignores the trial's protocol flags, so the container just runs.
     entry = 'ENTRYPOINT ["sh", "-c", "sleep 120", "trial"]\n'
     _build(client, KIT_STUB, f"FROM {BASE_IMAGE}\nLABEL kit.engine=pytorch kit.trial-protocol=1\n{entry}")

@@ -10,19 +10,22 @@ always run them.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
+import docker  # a dependency of kitctl itself
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
-docker = pytest.importorskip("docker")
 pytestmark = pytest.mark.docker
 
 from kitctl.images.compose import load_compose  # noqa: E402
@@ -35,7 +38,7 @@ from kitctl.runtimes.docker import (  # noqa: E402
     sweep_orphans,
 )
 
-from conftest import BASE_IMAGE, OOM_LIMIT_MIB, VARIANT, remove_containers  # noqa: E402
+from conftest import BASE_IMAGE, OOM_LIMIT_MIB, VARIANT, host_lacks, remove_containers  # noqa: E402
 
 
 def _request(batch: int = 2, device: str = "cpu", **kw) -> TrialRequest:
@@ -183,7 +186,7 @@ def _has_nvidia(client) -> bool:
 
 def test_gpu_request_without_nvidia_runtime_is_one_clear_line(client, image, run_id):
     if _has_nvidia(client):
-        pytest.skip("this daemon has the NVIDIA runtime: the failure path cannot be shown here")
+        host_lacks("no-gpu", "this daemon has the NVIDIA runtime: the failure path cannot be shown here")
     rt = DockerRuntime(image, run_id=run_id, device="cuda", client=client,
                        gpu_uuid="GPU-00000000-0000-0000-0000-000000000000")
     t0 = time.monotonic()
@@ -298,7 +301,7 @@ def test_a_failing_build_is_one_line_with_the_log_tail(client, image):
     assert not image_exists("kitctl/pytorch:broken-test", client)
 
 
-def test_from_cli_picks_docker_or_says_why_not(client, image, run_id, monkeypatch):
+def test_from_cli_picks_docker_or_says_why_not(client, image, run_id, monkeypatch, tmp_path):
     from kitctl.core.engines import ENGINES
 
     eng = [ENGINES["pytorch-eager"]]
@@ -308,15 +311,28 @@ def test_from_cli_picks_docker_or_says_why_not(client, image, run_id, monkeypatc
     assert isinstance(rt, DockerRuntime) and rt.image_for("pytorch-eager") == image
     assert rt.memory_limit_mib == 1024 and isinstance(rt.swept, list)
 
+    # An engine image that is not there: a kit home whose compose.yaml names a tag made up for this test
+    # (checked absent), whatever images this daemon happens to hold.
+    from kitctl.core import paths
+
+    missing = f"kitctl-test/absent-{uuid.uuid4().hex[:12]}:none"
+    assert not image_exists(missing, client)
+    doc = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    doc["services"]["pytorch"]["image"] = missing
+    (tmp_path / "compose.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     monkeypatch.delenv("KITCTL_IMAGE_VARIANT")
-    missing = load_compose(ROOT / "compose.yaml").service("pytorch").image
-    if not image_exists(missing, client):  # the CUDA image is never built here
-        with pytest.raises(RuntimeUnavailable, match="engine image not present"):
+    monkeypatch.setenv("KITCTL_HOME", str(tmp_path))
+    paths.kit_root.cache_clear()
+    try:
+        with pytest.raises(RuntimeUnavailable, match=f"engine image not present: {re.escape(missing)}"):
             from_cli(engines=eng, device="cpu", gpu_uuid=None, run_id=run_id, required=True, client=client)
         why: list[str] = []
         assert from_cli(engines=eng, device="cpu", gpu_uuid=None, run_id=run_id, required=False,
                         client=client, fallback=why) is None
-        assert why and "not present" in why[0]
+        assert why and "not present" in why[0] and missing in why[0]
+    finally:
+        monkeypatch.delenv("KITCTL_HOME")
+        paths.kit_root.cache_clear()
 
     if not _has_nvidia(client):
         with pytest.raises(RuntimeUnavailable) as err:

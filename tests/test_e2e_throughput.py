@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 
 import pytest
 
-from kitctl.core.artifact import load, validate
+from kitctl.core.artifact import ArtifactError, load, validate
+from conftest import need_module  # noqa: E402
 
 ENTRY = [sys.executable, "-c", "from kitctl.cli import main; main()"]
 TINY = ["--device", "cpu", "--batch", "2", "--warmup-steps", "1", "--steps", "2"]
@@ -93,27 +97,66 @@ def test_a_failed_run_is_never_averaged_in(tmp_path):
     row = throughput_rows(doc)[0]
     assert row.median is None and row.minimum is None
     cell["summary"] = {"n": 5, "median": 1.0, "min": 1.0, "max": 1.0, "ci_low": 1.0, "ci_high": 1.0, "ci_level": 0.9}
-    with pytest.raises(Exception):
+    with pytest.raises(ArtifactError, match="does not match its schema"):
         validate(doc)
 
 
-def test_resume_skips_finished_runs(tmp_path):
-    p = kitctl("run", "throughput", "--runtime", "local", "--runs", "1", *TINY, "--results-dir", str(tmp_path))
-    assert p.returncode == 0, p.stderr
-    f, doc = only_artifact(tmp_path)
-    # Turn the finished artifact into a partial that wants one more run of the same cell.
-    doc.update(state="interrupted", finished_utc=None)
-    doc["configuration"]["runs"] = 2
-    doc["results"][0].update(state="running", status=None, summary=None)
-    partial = tmp_path / "again" / (f.stem + ".partial.json")
-    partial.parent.mkdir()
-    partial.write_text(json.dumps(doc))
+def _marked(mark: str) -> list[int]:
+    """Live processes whose environment holds `mark` (kitctl and the trials it starts inherit it)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if mark.encode() in (d / "environ").read_bytes() and "Z" not in (d / "stat").read_text().rsplit(")", 1)[1][:3]:
+                    found.append(int(d.name))
+            except OSError:  # gone meanwhile, or not ours to read
+                pass
+    return found
+
+
+def test_an_interrupted_run_keeps_its_partial_and_resumes_to_completion(tmp_path):
+    """A real interruption: SIGINT to a running `kitctl run throughput` while a run's trial is going. Exit 130,
+    the partial keeps the runs that finished, no trial is left; --resume runs the rest and keeps what was there."""
+    results, log_path = tmp_path / "results", tmp_path / "kitctl.log"
+    mark = f"kitctl-test-{uuid.uuid4().hex}"
+    env = {**os.environ, "KITCTL_TEST_MARK": mark, "KITCTL_RUN_STATE_DIR": str(tmp_path / "state")}
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([*ENTRY, "run", "throughput", "--runtime", "local", "--runs", "3", *TINY,
+                                 "--results-dir", str(results)], stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        partial = None
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:  # run 1 recorded, and a trial of a later run going
+            parts = list(results.glob("*.partial.json")) if results.is_dir() else []
+            if parts:
+                cells = json.loads(parts[0].read_text()).get("results") or [{}]  # replaced whole: never torn
+                runs = cells[0].get("runs", [])
+                if runs and [p for p in _marked(mark) if p != proc.pid]:
+                    partial = parts[0]
+                    break
+            assert proc.poll() is None, log_path.read_text()[-3000:]
+            time.sleep(0.1)
+        assert partial is not None, log_path.read_text()[-3000:]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=120) == 130, log_path.read_text()[-3000:]
+        out = log_path.read_text()
+        assert "kitctl: interrupted" in out and f"--resume {partial}" in out and "Traceback" not in out
+        doc = load(partial)
+        assert doc["state"] == "interrupted"
+        kept = doc["results"][0]["runs"]
+        assert 1 <= len(kept) < 3 and all(r["status"] == "ok" for r in kept)
+        assert _marked(mark) == []  # the interrupted trial did not outlive the run
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
     p = kitctl("run", "throughput", "--resume", str(partial))
     assert p.returncode == 0, p.stderr + p.stdout
-    _, doc2 = only_artifact(partial.parent)
-    runs = doc2["results"][0]["runs"]
-    assert [r["run"] for r in runs] == [1, 2] and runs[0] == doc["results"][0]["runs"][0]
-    assert doc2["results"][0]["summary"]["n"] == 2 and doc2["resumes"]
+    _, done = only_artifact(results)
+    runs = done["results"][0]["runs"]
+    assert [r["run"] for r in runs] == [1, 2, 3] and runs[:len(kept)] == kept  # what was recorded stays
+    assert done["results"][0]["summary"]["n"] == 3 and len(done["resumes"]) == 1 and not partial.exists()
 
 
 @pytest.mark.docker
@@ -131,7 +174,7 @@ def test_docker_cpu_run_ends_in_an_artifact(client, image, tmp_path):
 @pytest.mark.parametrize("engine", ["pytorch-compile", "tensorflow-xla"])
 def test_every_cpu_capable_path_runs_through_the_local_runtime(tmp_path, engine):
     """torch.compile and TensorFlow XLA, one run each at a tiny batch (compilation is the cost)."""
-    pytest.importorskip("tensorflow" if engine == "tensorflow-xla" else "torch")
+    need_module("tensorflow" if engine == "tensorflow-xla" else "torch")
     p = kitctl("run", "throughput", "--runtime", "local", "--engines", engine, "--runs", "1", *TINY,
                "--results-dir", str(tmp_path), env={"XLA_FLAGS": "--xla_llvm_disable_expensive_passes=true"})
     assert p.returncode == 0, p.stderr + p.stdout

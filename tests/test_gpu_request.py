@@ -16,7 +16,6 @@ Without the daemons these tests skip; under CI=true they fail.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,7 +24,6 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-docker = pytest.importorskip("docker")
 pytestmark = pytest.mark.docker
 
 from fake_nvml import FakeDevice, FakeNvmlLib  # noqa: E402
@@ -42,22 +40,11 @@ from kitctl.runtimes.docker import (  # noqa: E402
     LABEL_RUN_ID, DockerRuntime, GpuRequest, gpu_request_order, probe_gpu_request, remove_run_containers,
 )
 
-from conftest import IN_CI, VARIANT  # noqa: E402
+from conftest import VARIANT, cdi_host, cdi_script_value, host_lacks  # noqa: E402
 
-CDI_SCRIPT = ROOT / ".ci" / "cdi-dockerd.sh"
-
-
-def _script_value(name: str) -> str:
-    """A name .ci/cdi-dockerd.sh fixes (the stand-in image, the fake GPU, the missing node)."""
-    for line in CDI_SCRIPT.read_text().splitlines():
-        if line.startswith(f"{name}="):
-            return line.split("=", 1)[1].strip('"')
-    raise AssertionError(f"{name} not in {CDI_SCRIPT}")
-
-
-STANDIN = _script_value("STANDIN_IMAGE")
-FAKE_UUID = _script_value("FAKE_UUID")
-MISSING_NODE = _script_value("MISSING_NODE")
+STANDIN = cdi_script_value("STANDIN_IMAGE")
+FAKE_UUID = cdi_script_value("FAKE_UUID")
+MISSING_NODE = cdi_script_value("MISSING_NODE")
 TOOLKIT_REFUSAL = 'could not select device driver "" with capabilities: [[gpu]]'
 
 
@@ -107,7 +94,7 @@ def test_a_resumed_run_keeps_the_request_kind_of_its_partial():
 ])
 def test_each_request_refused_by_docker_20_is_one_line_and_no_container(client, image, kind, daemon_says):
     if client.info().get("CDISpecDirs") or "nvidia" in (client.info().get("Runtimes") or {}):
-        pytest.skip("this daemon has CDI or the NVIDIA runtime: the refusal cannot be shown here")
+        host_lacks("no-gpu", "this daemon has CDI or the NVIDIA runtime: the refusal cannot be shown here")
     run_id = f"test-gpureq-{kind}-{os.getpid()}"
     rt = DockerRuntime(image, run_id=run_id, device="cuda", client=client, gpu_uuid=FAKE_UUID, gpu_request=kind)
     try:
@@ -124,7 +111,7 @@ def test_each_request_refused_by_docker_20_is_one_line_and_no_container(client, 
 
 def test_auto_tries_toolkit_then_cdi_and_names_both_fixes(client, image):
     if client.info().get("CDISpecDirs") or "nvidia" in (client.info().get("Runtimes") or {}):
-        pytest.skip("this daemon has CDI or the NVIDIA runtime")
+        host_lacks("no-gpu", "this daemon has CDI or the NVIDIA runtime: the refusal cannot be shown here")
     assert gpu_request_order(client) == ("toolkit", "cdi")
     t0 = time.monotonic()
     probe = probe_gpu_request(client, image, FAKE_UUID, "auto")
@@ -176,7 +163,7 @@ def _kitctl(monkeypatch, capsys, *args: str) -> tuple[int, str]:
 
 def test_run_maxbatch_on_docker_20_is_exit_2_with_the_daemons_words(client, image, monkeypatch, capsys, tmp_path):
     if client.info().get("CDISpecDirs") or "nvidia" in (client.info().get("Runtimes") or {}):
-        pytest.skip("this daemon has CDI or the NVIDIA runtime")
+        host_lacks("no-gpu", "this daemon has CDI or the NVIDIA runtime: the refusal cannot be shown here")
     _fake_gpu(monkeypatch)
     monkeypatch.setenv("KITCTL_IMAGE_VARIANT", VARIANT)
     before = {c.id for c in _kit_containers(client)}
@@ -191,45 +178,6 @@ def test_run_maxbatch_on_docker_20_is_exit_2_with_the_daemons_words(client, imag
 
 
 # ---- a daemon with CDI on (Docker 26.1) and a spec whose device does not exist ------------------
-
-@pytest.fixture(scope="session")
-def cdi_client():
-    """The private CDI daemon of .ci/cdi-dockerd.sh: started here when it is not up, stopped after."""
-    if os.geteuid() != 0:
-        return _cdi_unavailable("not root: the CDI test daemon cannot be started")
-    host = _cdi_host()
-    started = False
-    c = None
-    try:
-        c = docker.DockerClient(base_url=host, timeout=120)
-        c.ping()
-    except Exception:  # noqa: BLE001
-        t0 = time.monotonic()
-        p = subprocess.run(["bash", str(CDI_SCRIPT), "start"], capture_output=True, text=True, timeout=600)
-        if p.returncode != 0:
-            return _cdi_unavailable(f"the CDI test daemon did not start: {(p.stderr or p.stdout).strip()[-400:]}")
-        print(f"\n[cdi daemon] started in {time.monotonic() - t0:.1f} s:\n{p.stdout.strip()}")
-        started = True
-        c = docker.DockerClient(base_url=host, timeout=120)
-    else:
-        subprocess.run(["bash", str(CDI_SCRIPT), "start"], capture_output=True, text=True, timeout=600)  # spec, image
-    yield c
-    c.close()
-    if started:
-        t0 = time.monotonic()
-        subprocess.run(["bash", str(CDI_SCRIPT), "stop"], capture_output=True, text=True, timeout=120)
-        print(f"\n[cdi daemon] stopped in {time.monotonic() - t0:.1f} s")
-
-
-def _cdi_host() -> str:
-    return subprocess.run(["bash", str(CDI_SCRIPT), "host"], capture_output=True, text=True).stdout.strip()
-
-
-def _cdi_unavailable(reason: str):
-    if IN_CI:
-        pytest.fail(f"{reason} (CI=true: the CDI request tests must run; see .ci/cdi-dockerd.sh)", pytrace=False)
-    pytest.skip(reason)
-
 
 def test_the_cdi_daemon_runs_containers_and_lists_its_spec_dir(cdi_client):
     info = cdi_client.info()
@@ -294,7 +242,7 @@ def _standin_home(tmp_path: Path) -> Path:
 def test_run_maxbatch_on_the_cdi_daemon_is_exit_2_with_its_words(cdi_client, standin_home, monkeypatch, capsys,
                                                                    tmp_path):
     _fake_gpu(monkeypatch)
-    monkeypatch.setenv("DOCKER_HOST", _cdi_host())
+    monkeypatch.setenv("DOCKER_HOST", cdi_host())
     monkeypatch.delenv("KITCTL_IMAGE_VARIANT", raising=False)
     results = tmp_path / "results"
     results.mkdir()

@@ -29,6 +29,7 @@ from kitctl.launch import new_doc
 from kitctl.runtimes.base import Runtime, RuntimeUnavailable
 from kitctl.runtimes.local import LocalRuntime
 from kitctl.view import PlainView
+from conftest import need_module  # noqa: E402
 
 ENGS = [ENGINES["pytorch-eager"], ENGINES["pytorch-compile"]]
 CAPACITY = {("pytorch-eager", "fp32"): 20, ("pytorch-eager", "bf16"): 41,
@@ -143,7 +144,7 @@ def test_a_lane_that_fails_stops_the_run_and_the_partial_resumes_to_the_same_ans
 def test_two_fake_nvml_gpus_and_real_cpu_trials(tmp_path):
     """Real trials (PyTorch on CPU, local runtime), one real NvmlSampler per lane on its own
     device of the fake NVML, each with its own idle baseline: the same answers as one lane."""
-    pytest.importorskip("torch")
+    need_module("torch", "the local runtime runs the PyTorch trial on this interpreter")
     lib = FakeNvmlLib([FakeDevice(UUIDS[0], used_mib=(500.0,)), FakeDevice(UUIDS[1], used_mib=(900.0,))])
     nvml = Nvml(lib=lib)
     handles = [nvml.resolve(str(i))[1] for i in range(2)]

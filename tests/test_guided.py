@@ -12,6 +12,7 @@ import random
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given, settings, strategies as st  # the test extra
 
 from kitctl.benchmarks.maxbatch.replay import replay
 from kitctl.core.guided import guided_strategy, predict
@@ -349,8 +350,6 @@ def test_runner_guided_run_records_its_target_and_replays(tmp_path):
 
 # -- property: any capacity, any peaks (even absurd ones), the protocol's answer --------------
 
-hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import example, given, settings, strategies as st  # noqa: E402
 
 
 @settings(max_examples=300, deadline=None, database=None)

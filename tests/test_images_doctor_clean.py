@@ -25,18 +25,18 @@ import time
 import urllib.request
 from pathlib import Path
 
+import docker  # a dependency of kitctl itself
 import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
-docker = pytest.importorskip("docker")
 pytestmark = pytest.mark.docker
 
 from kitctl.core.artifact import load  # noqa: E402
 from kitctl.runtimes.docker import LABEL_HOST, LABEL_OWNER_PID, LABEL_RUN_ID  # noqa: E402
 
-from conftest import BASE_IMAGE, VARIANT, _unavailable, remove_containers  # noqa: E402
+from conftest import BASE_IMAGE, VARIANT, host_lacks, remove_containers, unavailable  # noqa: E402
 
 ENTRY = [sys.executable, "-c", "from kitctl.cli import main; main()"]
 REGTEST_IMAGE = f"kitctl/pytorch:regtest-{os.getpid()}"
@@ -72,7 +72,7 @@ def registry(tmp_path_factory):
     """A throw-away registry on loopback: HOST:PORT; stopped (and its storage dropped) at the end."""
     exe = shutil.which("docker-registry") or "/usr/bin/docker-registry"
     if not os.access(exe, os.X_OK):
-        _unavailable("docker-registry is not installed (apt-get install docker-registry; .ci/docker-up.sh does)")
+        unavailable("docker-registry is not installed (apt-get install docker-registry; .ci/docker-up.sh does)")
     d = tmp_path_factory.mktemp("registry")
     port = _free_port()
     cfg = {
@@ -137,33 +137,51 @@ def regtest(client, image, home, registry):
             pass
 
 
-STATE: dict = {}
-
-
 # ---- build, list, push, pull, run -------------------------------------------------------------
+# Each test asks for what it needs (the image built, the image pushed) through these fixtures, so any
+# one of them runs alone and in any order; the pull test leaves the image as it found it (same id).
 
-def test_images_build_through_the_sdk(client, regtest):
+@pytest.fixture(scope="module")
+def built(client, regtest):
+    """`kitctl images build` of the test's image: (the CLI's answer, the image id)."""
     t0 = time.monotonic()
     p = run_kitctl("images", "build", "pytorch-eager", env=regtest)
     print(f"\n[images] build (cached layers): {time.monotonic() - t0:.1f} s")
     assert p.returncode == 0, p.stderr + p.stdout
+    return p, client.images.get(REGTEST_IMAGE).id
+
+
+@pytest.fixture(scope="module")
+def pushed(client, regtest, registry, built):
+    """`kitctl images push` of the built image to the test registry: (the CLI's answer, its JSON record)."""
+    t0 = time.monotonic()
+    p = run_kitctl("images", "push", "pytorch", "--json", env=regtest)
+    print(f"\n[images] push to {registry}: {time.monotonic() - t0:.1f} s")
+    assert p.returncode == 0, p.stderr
+    (rec,) = json.loads(p.stdout)
+    return p, rec
+
+
+def test_images_build_through_the_sdk(client, built):
+    p, image_id = built
     assert f"built {REGTEST_IMAGE}" in p.stdout and "2.13.0+cpu" in p.stdout
     img = client.images.get(REGTEST_IMAGE)
+    assert img.id == image_id
     labels = img.labels
     assert labels["kit.engine"] == "pytorch" and labels["kit.cuda.version"] == "none"
     assert labels["org.opencontainers.image.created"].endswith("Z")  # provenance args filled
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     assert labels["org.opencontainers.image.revision"].startswith(head or "unknown")
-    STATE["id"] = img.id
 
 
-def test_images_list_shows_it_with_labels(regtest):
+def test_images_list_shows_it_with_labels(regtest, built):
+    _, image_id = built
     p = run_kitctl("images", "list", "--json", env=regtest)
     assert p.returncode == 0, p.stderr
     rows = json.loads(p.stdout)
     (row,) = [r for r in rows if r["image"] == REGTEST_IMAGE]
     assert row["present"] and row["service"] == "pytorch" and row["variant"] == VARIANT
-    assert row["id"] == STATE["id"] and row["short_id"] == STATE["id"][7:19]
+    assert row["id"] == image_id and row["short_id"] == image_id[7:19]
     assert row["framework_version"] == "2.13.0+cpu" and row["cuda_version"] == "none"
     assert row["labels"]["kit.engine"] == "pytorch" and row["labels"]["kit.trial-protocol"] == "1"
     assert row["size_bytes"] > 10**8 and 0 <= row["age_s"] < 3600
@@ -173,25 +191,20 @@ def test_images_list_shows_it_with_labels(regtest):
 
     p = run_kitctl("images", "list", env=regtest)  # the table
     assert p.returncode == 0, p.stderr
-    assert REGTEST_IMAGE in p.stdout and STATE["id"][7:19] in p.stdout and "2.13.0+cpu" in p.stdout
+    assert REGTEST_IMAGE in p.stdout and image_id[7:19] in p.stdout and "2.13.0+cpu" in p.stdout
 
 
-def test_push_records_the_digest(client, regtest, registry):
-    t0 = time.monotonic()
-    p = run_kitctl("images", "push", "pytorch", "--json", env=regtest)
-    print(f"\n[images] push to {registry}: {time.monotonic() - t0:.1f} s")
-    assert p.returncode == 0, p.stderr
-    (rec,) = json.loads(p.stdout)
+def test_push_records_the_digest(client, registry, built, pushed):
+    p, rec = pushed
     repo = f"{registry}/{REGTEST_IMAGE.split(':')[0]}"
     assert rec["remote"] == f"{repo}:{REGTEST_IMAGE.split(':')[1]}"
     assert rec["digest"].startswith("sha256:") and rec["repo_digest"] == f"{repo}@{rec['digest']}"
-    assert rec["id"] == STATE["id"]
+    assert rec["id"] == built[1]
     assert rec["repo_digest"] in client.images.get(REGTEST_IMAGE).attrs["RepoDigests"]
     assert rec["digest"] in p.stderr  # the human lines go to stderr under --json
-    STATE["push"] = rec
 
 
-def test_push_to_a_registry_that_does_not_answer_is_one_line(client, regtest):
+def test_push_to_a_registry_that_does_not_answer_is_one_line(client, regtest, built):
     dead = f"127.0.0.1:{_free_port()}"
     msg = one_line_error(run_kitctl("images", "push", "pytorch", "--registry", dead, env=regtest))
     assert "pushing" in msg and "connection refused" in msg
@@ -200,8 +213,8 @@ def test_push_to_a_registry_that_does_not_answer_is_one_line(client, regtest):
     assert "--registry" in msg and "KITCTL_REGISTRY" in msg
 
 
-def test_pull_into_a_clean_state_and_the_artifact_records_the_digest(client, regtest, registry, tmp_path):
-    rec = STATE["push"]
+def test_pull_into_a_clean_state_and_the_artifact_records_the_digest(client, regtest, pushed, tmp_path):
+    _, rec = pushed
     for ref in (REGTEST_IMAGE, rec["remote"]):  # the compose name and the registry tag
         client.images.remove(ref)
     try:
@@ -209,7 +222,7 @@ def test_pull_into_a_clean_state_and_the_artifact_records_the_digest(client, reg
     except docker.errors.ImageNotFound:
         pass  # the daemon dropped the digest reference with the last tag of its repository
     with pytest.raises(docker.errors.ImageNotFound):
-        client.images.get(STATE["id"])  # gone from the daemon, not just untagged
+        client.images.get(rec["id"])  # gone from the daemon, not just untagged
 
     t0 = time.monotonic()
     p = run_kitctl("images", "pull", "pytorch-eager", "--digest", rec["digest"], "--json", env=regtest)
@@ -242,13 +255,13 @@ def test_pull_of_an_unknown_digest_is_one_line(regtest):
     assert "--digest" in msg
 
 
-def test_a_failing_build_is_one_line_and_the_log_tail(client, regtest):
+def test_a_failing_build_is_one_line_and_the_log_tail(client, regtest, built):
     p = run_kitctl("images", "build", "pytorch", "--build-arg", "TORCH_LOCK=requirements-missing.lock", env=regtest)
     assert p.returncode == 2, p.stdout + p.stderr
     first, *rest = p.stderr.splitlines()
     assert first.startswith(f"kitctl: building {REGTEST_IMAGE} failed:")
     assert rest and rest[0].startswith("last ") and "requirements-missing.lock" in "\n".join(rest)
-    assert client.images.get(REGTEST_IMAGE).id == STATE["push"]["id"]  # the tag was not moved
+    assert client.images.get(REGTEST_IMAGE).id == built[1]  # the tag was not moved
 
 
 # ---- bad input ---------------------------------------------------------------------------------
@@ -288,7 +301,7 @@ def _nvml_works() -> bool:
 
 def test_doctor_on_this_host(client, image):
     if _nvml_works():
-        pytest.skip("this host has an NVIDIA GPU: the GPU-less verdict cannot be shown here")
+        host_lacks("no-gpu", "this host has an NVIDIA GPU: the GPU-less verdict cannot be shown here")
     t0 = time.monotonic()
     p = run_kitctl("doctor", "--json", env={"KITCTL_IMAGE_VARIANT": VARIANT})
     print(f"\n[doctor] {time.monotonic() - t0:.1f} s")

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from kitctl.images.compose import load_compose
+from conftest import host_lacks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCKS = [ROOT / "images/loader-torch/requirements-cuda.lock",
@@ -194,7 +195,7 @@ def test_a_gpu_loader_through_docker_without_a_gpu_is_one_line():
     from kitctl.errors import Fail
 
     if detect_gpu() is not None:
-        pytest.skip("this host has a GPU: the probe would run")
+        host_lacks("no-gpu", "this host has a GPU: the probe would run")
     with pytest.raises(Fail, match="dali-gpu decode on the GPU, and NVML finds no GPU on this host"):
         gpu_attach("kitctl/loader-dali:cu130", ["dali-gpu"])
 

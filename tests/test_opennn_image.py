@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from kitctl.images.compose import load_compose  # noqa: E402
 from kitctl.core.engines import ENGINES  # noqa: E402
+from conftest import unavailable  # noqa: E402
 
 IMAGE_DIR = ROOT / "images" / "opennn"
 DOCKERFILE = IMAGE_DIR / "Dockerfile"
@@ -335,7 +336,7 @@ def git(*args: str, cwd: Path | None = None, env: dict | None = None) -> str:
 def make_repo(root: Path, name: str, files_per_commit: list[dict[str, str]]) -> tuple[Path, list[str]]:
     """A work repo with one commit per dict (tagged v1, v2, ...) and its bare clone; commit ids."""
     if shutil.which("git") is None:
-        pytest.skip("git is not installed")
+        unavailable("git is not installed")
     work = root / f"work-{name}"
     work.mkdir(parents=True)
     git("init", "-q", "-b", "main", cwd=work)
@@ -487,13 +488,12 @@ def test_sources_here_extracts_trims_and_records_from_local_mirrors(tmp_path):
     used = (dest / "kit-sources.lock").read_text()
     assert "SUBSTITUTE-for-v1.3.2@" in used and made["opennn"][0] in used
     assert "opennn-sources-here:" in r.stdout and str(dest) in r.stdout  # the size line
+    assert_tree_matches_lock(dest, read_lock(lock))  # zlib by its recorded substitute
 
 
-def test_the_local_source_tree_matches_the_lock_when_present(lock):
-    """.opennn-src (tools/opennn-sources-here.sh, git-ignored) is what a GPU machine builds from."""
-    here = ROOT / ".opennn-src"
-    if not here.is_dir():
-        pytest.skip(".opennn-src is absent (tools/opennn-sources-here.sh makes it)")
+def assert_tree_matches_lock(here: Path, lock: dict[str, dict[str, str]]) -> None:
+    """What a GPU machine builds from (.opennn-src, made by tools/opennn-sources-here.sh): every source at its
+    lock's commit or a recorded substitute, and small enough to carry."""
     for name, s in lock.items():
         tree = here / name
         assert tree.is_dir(), name
@@ -503,4 +503,4 @@ def test_the_local_source_tree_matches_the_lock_when_present(lock):
             assert sub.is_file() and s["commit"] in sub.read_text(), \
                 f"{name}: {got} is neither the lock's {s['commit']} nor a recorded substitute"
     size = sum(p.stat().st_size for p in here.rglob("*") if p.is_file())
-    assert size <= 40 * 2**20, f".opennn-src holds {size / 2**20:.1f} MiB (> 40 MiB)"
+    assert size <= 40 * 2**20, f"{here} holds {size / 2**20:.1f} MiB (> 40 MiB)"

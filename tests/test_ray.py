@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import need_module  # noqa: E402
 
 HOST = str(Path(__file__).resolve().parents[1] / "host")
 ENTRY = [sys.executable, "-c", "from kitctl.cli import main; main()"]
@@ -67,7 +68,7 @@ def test_without_ray_installed_it_says_so_in_one_line(tmp_path):
 
 @pytest.fixture()
 def cluster():
-    pytest.importorskip("ray")
+    need_module("ray", "the ray extra: pip install -e '.[ray]'")
     from ray.cluster_utils import Cluster
 
     os.environ["PYTHONPATH"] = HOST + os.pathsep + os.environ.get("PYTHONPATH", "")  # the nodes' workers

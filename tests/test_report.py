@@ -22,6 +22,7 @@ from kitctl.reports.report import caveats, cudnn_text, render
 from kitctl.reports.sources import load_source
 from kitctl.benchmarks.maxbatch.table import peak_inversions, ratio_pairs, ratios
 from kitctl.benchmarks.throughput.table import throughput_ratio_pairs
+from conftest import host_lacks, unavailable  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data"
 ENTRY = [sys.executable, "-c", "from kitctl.cli import main; main()"]
@@ -572,7 +573,7 @@ def test_peak_inversions_on_the_full_card_run():
     """The committed full-card H200 run: batch 16,384 peaked above batch 32,768."""
     full = Path(__file__).resolve().parents[1] / "results/maxbatch-resnet50-synthetic-20261129T200326Z.json"
     if not full.exists():
-        pytest.skip("results/ artifact not present")
+        unavailable(f"committed artifact {full.name} is not in results/")
     src = load_source(full)
     inv = peak_inversions(src.points[("pytorch-eager", "fp32")])
     assert [(a.batch, b.batch) for a, b in inv] == [(16384, 32768)]
@@ -585,7 +586,7 @@ def test_resumes_on_one_other_gpu_are_named_once():
     """The committed jax-xla bf16 search: resumed 3×, the last two on one warm machine's GPU."""
     art = Path(__file__).resolve().parents[1] / "results/maxbatch-resnet50-synthetic-20261201T215512Z.json"
     if not art.exists():
-        pytest.skip("results/ artifact not present")
+        unavailable(f"committed artifact {art.name} is not in results/")
     md = render([load_source(art)])
     assert "continued 3× with" in md
     assert md.count("Continued on another NVIDIA H200 (GPU-0096ffb8-fd47-7998-1fbc-a375e6223632") == 1
@@ -673,9 +674,11 @@ def _mount_tmpfs(d: Path, size: str) -> None:
         r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(d)], capture_output=True,
                            timeout=30)
     except OSError as exc:
-        pytest.skip(f"cannot mount a tmpfs: {exc}")
+        unavailable(f"cannot mount a tmpfs: {exc}")
     if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs (needs root): {r.stderr.decode(errors='replace').strip()}")
+        if os.geteuid() != 0:
+            host_lacks("root", f"mounting a tmpfs needs root: {r.stderr.decode(errors='replace').strip()}")
+        unavailable(f"cannot mount a tmpfs: {r.stderr.decode(errors='replace').strip()}")
 
 
 @pytest.fixture()

@@ -9,6 +9,7 @@ import math
 from collections import Counter
 
 import pytest
+from hypothesis import given, settings, strategies as st  # the test extra
 
 from kitctl.core.outcome import SearchStatus, Status
 from kitctl.core.search import SearchConfig, protocol_strategy, run_search
@@ -315,8 +316,6 @@ def test_resume_of_a_finished_history_runs_nothing():
 
 # -- property -----------------------------------------------------------------------------
 
-hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import given, settings, strategies as st  # noqa: E402
 
 
 @st.composite

@@ -151,7 +151,6 @@ def test_docker_interrupt_from_another_thread_ends_the_run_and_removes_the_conta
     """What the runner relies on: `interrupt()` called by another lane's thread ends the lane's
     `run` normally (no exception in the lane), killed_by kit_interrupt (no memory failure, no
     pass), and the container is gone. A real container of the CI pytorch image, hanging."""
-    pytest.importorskip("docker")
     client, image = request.getfixturevalue("client"), request.getfixturevalue("image")
     from kitctl.core.outcome import KilledBy, MemoryPeaks
     from kitctl.runtimes.docker import LABEL_RUN_ID, DockerRuntime, remove_run_containers

@@ -35,6 +35,7 @@ from kitctl.core.protocol import TrialRequest
 from kitctl.launch import new_doc
 from kitctl.runtimes.base import Runtime, RuntimeUnavailable
 from kitctl.view import PlainView
+from conftest import need_module  # noqa: E402
 
 UUIDS3 = [*UUIDS, "GPU-00000000-0000-0000-0000-00000000000c"]
 EAGER = [ENGINES["pytorch-eager"]]
@@ -210,7 +211,7 @@ FLAGS = ["--runtime", "local", "--engines", "pytorch-eager", "--precision", "fp3
 
 
 def test_cli_one_cell_on_three_gpus_real_cpu_trials_interrupted_and_resumed(tmp_path):
-    pytest.importorskip("torch")
+    need_module("torch", "the local runtime runs the PyTorch trial on this interpreter")
     results = tmp_path / "results"
     one = cli(tmp_path, *FLAGS, "--gpu", "0", "--results-dir", str(results / "one"))
     out, errs = one.communicate(timeout=600)

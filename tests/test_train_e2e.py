@@ -15,8 +15,7 @@ import pytest
 
 from kitctl.core.artifact import load, validate
 
-pytest.importorskip("skimage", reason="the corpus's photographs ship in scikit-image")
-pytest.importorskip("torch")
+from conftest import host_lacks, need_module, unavailable
 
 ENTRY = [sys.executable, "-c", "from kitctl.cli import main; main()"]
 STEPS, BATCH = 2, 4
@@ -29,6 +28,8 @@ def kitctl(*args, timeout=900):
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
+    need_module("skimage", "the corpus's photographs ship in scikit-image")
+    need_module("torch", "the train-e2e trial trains with PyTorch")
     out = tmp_path_factory.mktemp("data") / "corpus"
     p = kitctl("data", "make", "--out", out, "--images", 12, "--classes", 3, "--workers", 2)
     assert p.returncode == 0, p.stderr
@@ -129,7 +130,7 @@ def test_verdict_names_the_loaders_within_the_rule():
 @pytest.mark.parametrize("loader", ["webdataset", "ffcv"])
 def test_the_trial_trains_from_the_other_formats(corpus, tmp_path, loader):
     """webdataset (NCHW tensors + label array) and ffcv (NHWC numpy + (B, 1) labels) hand their batches over."""
-    pytest.importorskip(loader)
+    need_module(loader)
     trial = Path(__file__).resolve().parent.parent / "trials" / "dataload" / "trial.py"
     ds = tmp_path / loader
     p = subprocess.run([sys.executable, trial, "datasize", "--corpus", corpus, "--out", ds, "--format", loader,
@@ -150,7 +151,7 @@ def test_an_epoch_left_midway_stops_its_threads_and_workers(corpus, tmp_path, lo
     """The trial leaves its last epoch midway. Before it exits, the prefetch thread, ffcv's epoch thread and the
     DataLoader's worker processes must be gone: one still inside a loader when the interpreter finalises aborted
     the process after its result line (exit -6, "terminate called without an active exception": CI, stop 23)."""
-    pytest.importorskip("ffcv" if loader == "ffcv" else "torch")
+    need_module("ffcv" if loader == "ffcv" else "torch")
     import threading
 
     trials = Path(__file__).resolve().parent.parent / "trials" / "dataload"
@@ -204,6 +205,7 @@ def test_a_result_followed_by_a_crash_is_an_error_that_says_so():
 
 
 def _trial_modules():
+    need_module("torch", "the train-e2e trial trains with PyTorch")
     trials = Path(__file__).resolve().parent.parent / "trials" / "dataload"
     if str(trials) not in sys.path:
         sys.path.insert(0, str(trials))
@@ -259,7 +261,7 @@ def test_the_nvjpeg_loader_says_first_that_it_needs_cuda(corpus):
 
     loaders, _ = _trial_modules()
     if torch.cuda.is_available():
-        pytest.skip("this check is for a host without CUDA")
+        host_lacks("no-gpu", "this check is for a host without CUDA")
     with pytest.raises(RuntimeError, match="no CUDA device"):
         loaders.build("pytorch-nvjpeg", corpus, 2, 0, "ram", 0)
 
@@ -270,7 +272,7 @@ def test_the_artifact_schema_takes_the_loss_diagnosis(tmp_path):
     src = sorted((Path(__file__).resolve().parent.parent / "results").glob("train-e2e-*.json"))
     src = [p for p in src if not p.name.endswith(".partial.json")]
     if not src:
-        pytest.skip("no committed train-e2e artifact")
+        unavailable("no committed train-e2e artifact in results/")
     doc = json.loads(src[-1].read_text())
     run = doc["results"][-1]["runs"][0]
     run.update(step_losses={"warmup": [4.1, None], "timed": [None]},

@@ -20,10 +20,11 @@ TRIAL = ROOT / "trials" / "dataload" / "trial.py"
 sys.path.insert(0, str(ROOT / "trials" / "common"))
 sys.path.insert(0, str(ROOT / "trials" / "dataload"))
 
-pytest.importorskip("skimage", reason="the corpus's photographs ship in scikit-image")
-import corpus  # noqa: E402
+import corpus  # noqa: E402  (imports scikit-image only when it makes a corpus)
 import pagecache  # noqa: E402
 import writers  # noqa: E402
+
+from conftest import need_module  # noqa: E402
 
 N = 48
 
@@ -51,6 +52,7 @@ def _processes_marked(mark: str) -> list[int]:
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory) -> Path:
+    need_module("skimage", "the corpus's photographs ship in scikit-image")
     out = tmp_path_factory.mktemp("corpus") / "c"
     corpus.make(out, N, classes=4, seed=3, workers=2)
     return out
@@ -141,9 +143,9 @@ def datasets(made, tmp_path_factory) -> dict[str, Path]:
 @pytest.mark.parametrize("source", ["ram", "cold"])
 def test_each_cpu_loader_runs_the_pipeline(datasets, loader, source):
     if loader == "ffcv":
-        pytest.importorskip("ffcv")
-    if loader == "dali-cpu":  # ~700 MB with its codecs: installed by hand, not by CI (see README)
-        pytest.importorskip("nvidia.dali", reason="nvidia-dali-cuda130 is not installed")
+        need_module("ffcv")
+    if loader == "dali-cpu":
+        need_module("nvidia.dali", "nvidia-dali-cuda130 (.ci/setup-dataload.sh installs it)")
     fmt = {"pytorch-dataloader": "folder", "webdataset": "webdataset", "ffcv": "ffcv", "dali-cpu": "folder"}[loader]
     mark = f"kitctl-test-{uuid.uuid4().hex}"  # inherited by the loader's worker processes
     rc, r, err = trial("dataload", "--loader", loader, "--dataset", datasets[fmt], "--workers", 2,
@@ -178,7 +180,7 @@ def test_a_dataset_folder_exists_only_whole(made, tmp_path, fmt):
     of it must succeed, and a loader must never read a half one. A killed writer's hidden work folder is removed by
     the next write."""
     if fmt != "folder":
-        pytest.importorskip(fmt)
+        need_module(fmt)
     m = corpus.read_manifest(made)
     out = tmp_path / "data" / fmt
     # A missing image is refused before anything is written (ffcv's writer would wait for ever on its worker).
@@ -223,7 +225,7 @@ def test_a_killed_ffcv_writer_worker_ends_the_write_in_one_line(made, tmp_path):
     OOM killer's way) used to leave it waiting for ever. The worker preparing sample 20 kills itself (the writers'
     test-only fault hook; a real SIGKILL of a real worker); the write must end by itself within the subprocess's
     timeout, with one line, no dataset, no hidden sibling, no process and no shared memory left."""
-    pytest.importorskip("ffcv")
+    need_module("ffcv")
     out = tmp_path / "data" / "ffcv"
     mark = f"kitctl-test-{uuid.uuid4().hex}"
     t0 = time.monotonic()

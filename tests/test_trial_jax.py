@@ -24,13 +24,13 @@ import pytest
 from kitctl.core.artifact import load
 from kitctl.core.protocol import TrialRequest
 from kitctl.runtimes.local import LocalRuntime
+from conftest import host_kind_reason, need_module, unavailable  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TRIAL = ROOT / "trials" / "jax" / "trial.py"
 RESNET50_CIFAR_PARAMS = 23_528_522
 BN_STATS = 53_120
 ENTRY = [sys.executable, "-c", "from kitctl.cli import main; main()"]
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 MIB = 2**20
 
 
@@ -39,10 +39,8 @@ def jax_installed():
     """Skip only where jax is absent; CI installs it (.ci/setup-python.sh), so it must run."""
     missing = [m for m in ("jax", "flax", "optax") if importlib.util.find_spec(m) is None]
     if missing:
-        if IN_CI:
-            pytest.fail(f"{', '.join(missing)} not installed (CI=true: .ci/setup-python.sh pins them)",
-                        pytrace=False)
-        pytest.skip(f"{', '.join(missing)} not installed (pip install jax==0.10.2 flax==0.12.8 optax==0.2.8)")
+        unavailable(f"{', '.join(missing)} not installed (pip install jax==0.10.2 flax==0.12.8 optax==0.2.8; "
+                    ".ci/setup-python.sh pins them)")
 
 
 def _load(name: str, path: Path):
@@ -125,7 +123,7 @@ def _torch_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
 def test_every_tensor_matches_the_pytorch_trial():
     """Same network: the same 23,528,522 parameters and BN statistics, tensor for tensor
     (by name and shape), and the same activation shape after every layer."""
-    torch = pytest.importorskip("torch")
+    torch = need_module("torch")
     import flax
     import jax
     import jax.numpy as jnp
@@ -245,7 +243,8 @@ def test_budget_becomes_xla_memory_settings(monkeypatch):
     assert "JAX_ENABLE_COMPILATION_CACHE" not in os.environ and "JAX_ENABLE_COMPILATION_CACHE" not in s["xla_env"]
 
 
-@pytest.mark.skipif(ctypes.util.find_library("cuda") is not None, reason="a CUDA driver is installed")
+@pytest.mark.skipif(ctypes.util.find_library("cuda") is not None,
+                    reason=host_kind_reason("no-gpu", "a CUDA driver is installed"))
 def test_a_budget_on_cuda_without_a_driver_is_one_clear_error():
     rc, r, err = run_trial("--benchmark", "maxbatch", "--batch", 2, "--device", "cuda",
                            "--memory-budget-mib", 1000)

@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT / "trials" / "pytorch"))
 import kittrial  # noqa: E402
 from kitctl.core.protocol import parse_result  # noqa: E402
 from cifar_files import write_cifar10  # noqa: E402
+from conftest import host_kind_reason  # noqa: E402
 
 PROTOCOL_KEYS = {"protocol", "engine", "mode", "precision", "batch", "status", "loss_warmup",
                  "loss_final", "parameters", "step_seconds", "framework_peak_mib", "versions",
@@ -261,7 +262,7 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-needs_cuda = pytest.mark.skipif(not _cuda_available(), reason="needs a CUDA GPU")
+needs_cuda = pytest.mark.skipif(not _cuda_available(), reason=host_kind_reason("gpu", "needs a CUDA GPU"))
 
 
 def _build_on_cuda(mode, precision="fp32", batch=8):

@@ -21,6 +21,7 @@ import pytest
 from kitctl.core.artifact import load
 from kitctl.core.protocol import TrialRequest
 from kitctl.runtimes.local import LocalRuntime
+from conftest import need_module, unavailable  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TRIAL = ROOT / "trials" / "tensorflow" / "trial.py"
@@ -28,16 +29,12 @@ RESNET50_CIFAR_PARAMS = 23_528_522
 ENTRY = [sys.executable, "-c", "from kitctl.cli import main; main()"]
 FAST_XLA = {"XLA_FLAGS": os.environ.get("KITCTL_TEST_XLA_FLAGS",
                                         "--xla_llvm_disable_expensive_passes=true")}
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
 def _require_tensorflow():
     """Skip only where TensorFlow is absent; CI installs it (.ci/setup-python.sh), so it must run."""
     if importlib.util.find_spec("tensorflow") is None:
-        if IN_CI:
-            pytest.fail("tensorflow is not installed (CI=true: .ci/setup-python.sh pins tensorflow-cpu)",
-                        pytrace=False)
-        pytest.skip("tensorflow is not installed (pip install tensorflow-cpu==2.21.0)")
+        unavailable("tensorflow is not installed (pip install tensorflow-cpu==2.21.0; .ci/setup-python.sh pins it)")
 
 
 pytestmark = pytest.mark.usefixtures("tensorflow_installed")
@@ -94,8 +91,8 @@ def assert_ok(result: dict, precision: str) -> None:
 
 def test_trainable_parameters_match_the_pytorch_trial():
     """Same network: the same trainable count, the same per-tensor sizes, the same BN statistics."""
-    torch = pytest.importorskip("torch")
-    keras = pytest.importorskip("keras")
+    torch = need_module("torch")
+    keras = need_module("keras")
     torch_net = _load("kit_resnet50_torch", ROOT / "trials/pytorch/resnet50.py")
     keras_net = _load("kit_resnet50_keras", ROOT / "trials/tensorflow/resnet50_keras.py")
 
@@ -118,7 +115,7 @@ def test_trainable_parameters_match_the_pytorch_trial():
 
 
 def test_oom_classification_on_real_tensorflow_errors():
-    tf = pytest.importorskip("tensorflow")
+    tf = need_module("tensorflow")
     trial = _load("kit_tf_trial", TRIAL)
     oom = [
         tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor with shape[512,64,16,16]"),

@@ -468,12 +468,30 @@ def is_oom(exc: BaseException, oom_types: tuple = (MemoryError,),
 #   crash   os.abort() before any result is printed (crash handling)
 #   garbage print a malformed KIT-RESULT line and exit 0 (parser robustness)
 #   nan     the engine makes its loss non-finite (see fault_requested)
+#   grow    as soon as the flags are read (before the engine and its device: it works with
+#           --device cuda on a host without a GPU), allocate and touch host memory in steps
+#           until GROW_CAP_MIB, then sleep forever: a candidate whose memory keeps rising until
+#           the host kills it (the VRAM gate's end-to-end tests key a stand-in NVML to its RSS)
 FAULT_ENV = "KIT_TRIAL_FAULT"
-FAULTS = ("hang", "crash", "garbage", "nan")
+FAULTS = ("hang", "crash", "garbage", "nan", "grow")
+GROW_STEP_MIB = 16
+GROW_EVERY_S = 0.01
+GROW_CAP_MIB = 1024  # bounded: a host whose kill fails keeps a stuck trial, not a swapping machine
 
 
 def fault_requested(name: str) -> bool:
     return os.environ.get(FAULT_ENV, "") == name
+
+
+def _grow_forever() -> None:
+    print(f"{FAULT_ENV}=grow: allocating {GROW_STEP_MIB} MiB every {GROW_EVERY_S:g} s up to "
+          f"{GROW_CAP_MIB} MiB, then sleeping forever", file=sys.stderr, flush=True)
+    held = []
+    while len(held) * GROW_STEP_MIB < GROW_CAP_MIB:
+        held.append(bytearray(b"\x01") * (GROW_STEP_MIB << 20))  # written, so resident
+        time.sleep(GROW_EVERY_S)
+    while True:
+        time.sleep(3600)
 
 
 def fault_point() -> None:
@@ -528,6 +546,8 @@ def run(argv: list[str] | None, modes: list[str], engine_of: Callable[[str], str
         return 1
 
     _claim_stdout()
+    if fault_requested("grow"):
+        _grow_forever()
     result = base_result(args, engine_of(args.mode))
     try:
         body(args, result)
