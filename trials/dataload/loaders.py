@@ -6,7 +6,7 @@ horizontal flip -> a uint8 batch. Each loader is built once per run and iterated
 | pytorch-dataloader | folder (ImageFolder) | PIL (libjpeg-turbo) | torchvision RandomResizedCrop on PIL: bilinear, antialiased | DataLoader processes |
 | webdataset | tar shards | PIL | the same torchvision transform | DataLoader processes (shards split by worker) |
 | ffcv | .beton | libturbojpeg (ffcv's C part) | ffcv's RandomResizedCropRGBImageDecoder: cv2 INTER_AREA | ffcv threads (numba, nogil) |
-| pytorch-nvjpeg | folder | nvJPEG on the GPU (torchvision.io.decode_jpeg), on the loader's own CUDA stream | on the GPU: torch interpolate bilinear, antialiased | DataLoader processes read bytes |
+| pytorch-nvjpeg | folder | nvJPEG on the GPU (torchvision.io.decode_jpeg, batched), on a CUDA stream of the loader's own | on the GPU, batched: bilinear antialiased (torch's weights, as matrix products) | DataLoader processes read bytes (raw: parse .npy) |
 | dali-cpu | folder (JPEG only) | DALI's CPU decoder, crop fused into the decode (decoders.image_random_crop) | fn.resize (linear, antialiased) | DALI threads |
 | dali-gpu | folder (JPEG only) | DALI `mixed` decoder (nvJPEG), crop fused | fn.resize on the GPU | DALI threads + the GPU |
 
