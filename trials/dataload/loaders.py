@@ -17,7 +17,6 @@ PIL bilinear resize (what torchvision does on a PIL image); results record which
 from __future__ import annotations
 
 import contextlib
-import io
 import math
 import random
 import threading

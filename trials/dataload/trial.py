@@ -27,7 +27,6 @@ import os
 import platform
 import shutil
 import sys
-import time
 import traceback
 from pathlib import Path
 
