@@ -106,6 +106,7 @@ def test_the_start_up_is_reported_apart_from_the_steady_rate():
     assert m["startup_seconds"] == pytest.approx(7.1)  # time to the warm-up epoch's first batch
     assert m["warmup_seconds"] == pytest.approx(7.4)
     assert m["warmup_epoch"]["first_batch_seconds"] == m["startup_seconds"]
+    assert m["warmup_epoch"]["resident_before"] == 1.0  # its source prepared and measured too
     assert m["images_per_second"] == pytest.approx(200 / 0.8)  # the start-up is in none of the timed epochs
     assert set(measure.FIGURES) <= set(m["figures"]) and "start-up" in m["figures"]["startup_seconds"]
 

@@ -162,7 +162,7 @@ def measure(built, prepare: Prepare, rule: WindowRule, source: str, batch: int, 
             clock: Callable[[], float] = time.perf_counter) -> dict:
     """The measurement of a built loader (loaders.Built): the warm-up epoch, then whole timed epochs until `rule`
     holds. `prepare()` readies the source before each epoch and returns (resident fraction, its seconds)."""
-    frac, prep_s = prepare()
+    warm_frac, warm_prep_s = prepare()
     warm = time_epoch(built.epoch(), loader, clock)
     if warm.total_images != expected_images:
         raise kittrial.TrialError(f"{loader}: the warm-up epoch gave {warm.total_images} images of {expected_images}")
@@ -181,9 +181,10 @@ def measure(built, prepare: Prepare, rule: WindowRule, source: str, batch: int, 
         timed.append(e)
         records.append({**e.record(batch), "resident_before": frac, "prepare_seconds": prep_s})
         images, seconds = images + e.total_images, seconds + e.total_seconds
-    warm_record = {**warm.record(batch), "resident_before": None, "prepare_seconds": None}
+    warm_record = {**warm.record(batch), "resident_before": warm_frac, "prepare_seconds": warm_prep_s}
     return {"startup_seconds": warm.seconds[0], "warmup_seconds": warm.total_seconds, "warmup_epoch": warm_record,
-            "epochs": records, "images": images, "window_seconds": seconds, "images_per_second": images / seconds,
+            "epochs": records, "images": images, "window_seconds": seconds,
+            "images_per_second": images / seconds if seconds > 0 else None,
             "batch_shape": list(warm.shape),
             "window": {**rule.to_json(), "epochs": len(timed), "batches": sum(len(e.images) for e in timed),
                        "images": images, "seconds": seconds, **halves(timed, rule.tolerance)},

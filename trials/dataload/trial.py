@@ -131,7 +131,8 @@ def dataload(a, result: dict) -> None:
     rule = measure.WindowRule.of(a.window_images, a.window_seconds, a.epochs, a.steady_tolerance)
     built, m = measure.measure_loader(a.loader, a.dataset, a.batch, a.workers, a.source, a.seed, rule)
     result.update({"impl": built.impl, "layout": built.layout, "notes": built.notes, **m,
-                   "images_per_second_per_worker": m["images_per_second"] / a.workers})
+                   "images_per_second_per_worker": m["images_per_second"] / a.workers if m["images_per_second"]
+                   else None})
     if built.check is not None:  # untimed, after the window (pytorch-nvjpeg: its decode against the CPU's, #9606)
         result["decode_check"] = check = built.check()
         probe = (check.get("probe") or {}).get("loader") or {}
