@@ -173,7 +173,7 @@ def run(argv: list[str]) -> dict:
         raise Refused("no torchvision here: decode_jpeg(device='cuda') is torchvision's", 1) from None
     rule = measure.WindowRule.of(a.window_images, a.window_seconds, a.epochs, a.steady_tolerance)
     built = pipeline(jpegs, a.batch, a.crop, a.seed)
-    m = measure.measure(built, lambda: (1.0, 0.0), rule, "ram", a.batch, len(jpegs), "nvjpeg-pipeline")
+    m = measure.measure(built, lambda: (None, 0.0), rule, "memory", a.batch, len(jpegs), "nvjpeg-pipeline")
     out = {"tool": "nvjpeg_pipeline", "dataset": str(a.dataset), "images_in_dataset": len(jpegs), "batch": a.batch,
            "crop": a.crop, "impl": built.impl, "device": torch.cuda.get_device_name(0),
            "versions": {"python": platform.python_version(), "torch": torch.__version__,
