@@ -15,12 +15,17 @@ work), so an epoch's batch seconds sum to its seconds.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-import kittrial
+_COMMON = Path(__file__).resolve().parent.parent / "common"
+if str(_COMMON) not in sys.path:  # imported by train_e2e or a tool, not only by trial.py (which adds it too)
+    sys.path.insert(0, str(_COMMON))
+
+import kittrial  # noqa: E402
 
 # A resident fraction this far from the asked-for source makes the run an error, not a mislabelled figure.
 RAM_MIN_RESIDENT, COLD_MAX_RESIDENT = 0.98, 0.05
