@@ -18,6 +18,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from conftest import need_module  # noqa: E402
+
 from fake_nvml import FakeDevice, FakeNvmlLib
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -288,7 +290,7 @@ def test_bad_window_flags_are_one_line_exit_2_nothing_written(tmp_path, args, ma
 # -- end to end: a real CPU trial, the real sampler on the fake NVML's energy counter -------------------
 
 def test_a_real_run_records_joules_from_the_counter_and_its_steadiness(tmp_path):
-    pytest.importorskip("torch")
+    need_module("torch")
     from kitctl.benchmarks.throughput.run import ThroughputPlan, ThroughputRunner
     from kitctl.core.artifact import ArtifactStore, validate
     from kitctl.core.budget import make_budget

@@ -83,7 +83,8 @@ def test_training_fed_by_a_loader_and_synthetic_on_cpu(corpus, tmp_path):
         assert c["summary"]["train"]["median"] == pytest.approx(r["train_images_per_second"])
     synth, loader = (c["runs"][0] for c in doc["results"])
     assert synth["loader_images_per_second"] is None and doc["results"][0]["summary"]["loader"] is None
-    assert loader["loader_images"] == BATCH * STEPS and loader["loader_images_per_second"] > 0
+    # The loader alone: dataload's measurement, whole epochs holding >= --steps batches (one 12-image epoch).
+    assert loader["loader_images"] == 12 and loader["loader_images_per_second"] > 0
     assert loader["resident_before"] >= 0.98 and "DataLoader" in loader["impl"]
     # Before each window, what one worker + the prefetch thread can hold is dropped: 2 x 1 + 3 + 3 batches.
     assert loader["drained_batches"] == 8 and synth["drained_batches"] == 0
@@ -144,6 +145,42 @@ def test_the_trial_trains_from_the_other_formats(corpus, tmp_path, loader):
     assert p.returncode == 0 and r["status"] == "ok", r.get("error")
     assert r["layout"] == ("NHWC" if loader == "ffcv" else "NCHW") and r["images"] > 0
     assert r["train_images_per_second"] > 0 and r["loader_images_per_second"] > 0
+
+
+def test_the_loader_alone_is_dataload_s_measurement(corpus, tmp_path):
+    """train's loader-alone figure and dataload's come from one function (measure.measure_loader) under the same
+    window flags: the same rule, the same record, the same relations between its figures, so a consistency check
+    between the two benchmarks compares like with like. No speed is compared."""
+    trial = Path(__file__).resolve().parent.parent / "trials" / "dataload" / "trial.py"
+    ds = tmp_path / "folder"
+    p = subprocess.run([sys.executable, trial, "datasize", "--corpus", corpus, "--out", ds, "--format", "folder",
+                        "--encoding", "jpeg90", "--side", "64", "--keep", "--workers", "1"], capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    window = ["--window-images", "20", "--window-seconds", "0.2", "--steady-tolerance", "0.1"]
+
+    def result(*argv):
+        p = subprocess.run([sys.executable, trial, *argv, "--dataset", ds, "--loader", "pytorch-dataloader",
+                            "--workers", "1", "--batch", str(BATCH), *window], capture_output=True, text=True,
+                           timeout=600)
+        r = json.loads(p.stdout.strip().splitlines()[-1][len("KIT-RESULT "):])
+        assert p.returncode == 0 and r["status"] == "ok", (r.get("error"), p.stderr[-2000:])
+        return r
+
+    alone = result("train", "--model", "resnet18", "--device", "cpu", "--warmup", "1", "--steps", str(STEPS))
+    dl = result("dataload", "--source", "ram")
+    m = alone["loader_alone"]
+    assert set(m) == {k for k in dl if k in m} and {"startup_seconds", "window", "epochs", "figures"} <= set(m)
+    assert m["window"]["rule"] == dl["window"]["rule"] == ("whole epochs after a warm-up epoch, until at least 20 "
+                                                           "images and at least 0.2 s")
+    assert m["window"]["tolerance"] == dl["window"]["tolerance"] == 0.1
+    assert m["figures"] == dl["figures"] and m["batch_shape"] == dl["batch_shape"]
+    assert alone["loader_images_per_second"] == m["images_per_second"]
+    assert m["images_per_second"] == pytest.approx(m["images"] / m["window_seconds"])
+    assert (alone["loader_images"], alone["loader_seconds"]) == (m["images"], m["window_seconds"])
+    assert alone["loader_startup_seconds"] == m["startup_seconds"] == m["warmup_epoch"]["first_batch_seconds"]
+    assert all(e["resident_before"] >= 0.98 for e in m["epochs"])  # source ram, prepared before every epoch
+    assert m["images"] % 12 == 0 and m["images"] >= 20 and m["window_seconds"] >= 0.2
 
 
 @pytest.mark.parametrize("loader", ["pytorch-dataloader", "ffcv"])

@@ -21,10 +21,11 @@ sys.path.insert(0, str(ROOT / "trials" / "common"))
 sys.path.insert(0, str(ROOT / "trials" / "dataload"))
 
 import corpus  # noqa: E402  (imports scikit-image only when it makes a corpus)
+import kittrial  # noqa: E402
 import pagecache  # noqa: E402
 import writers  # noqa: E402
 
-from conftest import need_module  # noqa: E402
+from conftest import host_lacks, need_module  # noqa: E402
 
 N = 48
 
@@ -160,6 +161,80 @@ def test_each_cpu_loader_runs_the_pipeline(datasets, loader, source):
     assert r["images_per_second"] == pytest.approx(r["images"] / r["window_seconds"])
     for e in r["epochs"]:  # the source was what was asked, measured before every timed epoch
         assert (e["resident_before"] >= 0.98) if source == "ram" else (e["resident_before"] <= 0.05)
+    # --epochs N without window flags: exactly N timed epochs, as before the rule; the start-up apart.
+    assert r["epochs_asked"] == 2 and r["window"]["rule"] == "fixed: 2 epochs after a warm-up epoch"
+    assert r["startup_seconds"] == r["warmup_epoch"]["first_batch_seconds"] <= r["warmup_seconds"]
+    assert r["window_seconds"] == pytest.approx(sum(e["seconds"] for e in r["epochs"]))
+
+
+def _batch_images(epoch: dict, batch: int) -> list[int]:
+    short = dict(map(tuple, epoch["short_batches"]))
+    return [short.get(i, batch) for i in range(epoch["batches"])]
+
+
+@pytest.mark.parametrize("loader", ["pytorch-dataloader", "webdataset", "ffcv"])
+def test_the_window_rule_with_a_real_loader(datasets, loader):
+    """After a warm-up epoch, the fewest whole epochs holding >= --window-images images and lasting >=
+    --window-seconds; every batch's seconds stored, the halves and the start-up recomputable from them. The
+    figures' values are whatever this machine gave: only their relations are checked."""
+    if loader == "ffcv":
+        need_module("ffcv")
+    fmt = {"pytorch-dataloader": "folder", "webdataset": "webdataset", "ffcv": "ffcv"}[loader]
+    want_images, want_s, batch = 100, 0.3, 16
+    rc, r, err = trial("dataload", "--loader", loader, "--dataset", datasets[fmt], "--workers", 2, "--batch", batch,
+                       "--window-images", want_images, "--window-seconds", want_s, "--steady-tolerance", 0.05)
+    assert rc == 0 and r["status"] == "ok", (r["error"], err[-3000:])
+    w, epochs = r["window"], r["epochs"]
+    assert w["rule"] == "whole epochs after a warm-up epoch, until at least 100 images and at least 0.3 s"
+    assert (w["min_images"], w["min_seconds"], w["fixed_epochs"], w["tolerance"]) == (100, 0.3, None, 0.05)
+    assert r["epochs_asked"] is None and w["epochs"] == len(epochs) >= 1
+    # Whole epochs, both minimums held, and one epoch fewer would miss one of them.
+    assert all(e["images"] == N for e in epochs) and r["images"] == N * len(epochs)
+    assert r["images"] >= want_images and r["window_seconds"] >= want_s
+    last = epochs[-1]
+    assert r["images"] - last["images"] < want_images or r["window_seconds"] - last["seconds"] < want_s
+    assert r["window_seconds"] == pytest.approx(sum(e["seconds"] for e in epochs))
+    assert r["images_per_second"] == pytest.approx(r["images"] / r["window_seconds"])
+    # Per-batch seconds (to the microsecond) sum to each epoch; the halves recomputed from them agree.
+    images, secs = [], []
+    for e in epochs:
+        assert sum(e["batch_seconds"]) == pytest.approx(e["seconds"], abs=1e-6 * e["batches"])
+        assert e["first_batch_seconds"] == pytest.approx(e["batch_seconds"][0], abs=1e-6)
+        assert sum(_batch_images(e, batch)) == e["images"]
+        images += _batch_images(e, batch)
+        secs += e["batch_seconds"]
+    assert w["batches"] == len(secs)
+    first, second = kittrial.halves(images, secs, 1)
+    assert first == pytest.approx(w["first_half_ips"], rel=1e-3)
+    assert second == pytest.approx(w["second_half_ips"], rel=1e-3)
+    assert w["steady"] == (abs(w["halves_change"]) <= 0.05)
+    # The start-up: the warm-up epoch's time to its first batch, in none of the timed epochs.
+    warm = r["warmup_epoch"]
+    assert r["startup_seconds"] == warm["first_batch_seconds"] and warm["images"] == N
+    assert r["warmup_seconds"] == pytest.approx(warm["seconds"]) and r["build_seconds"] > 0
+    assert set(r["figures"]) == {"images_per_second", "startup_seconds", "warmup_seconds", "build_seconds"}
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--window-images", "0"], "argument --window-images: must be an integer >= 1, got '0'"),
+    (["--window-images", "1e5"], "argument --window-images: must be an integer >= 1, got '1e5'"),
+    (["--window-seconds", "0"], "argument --window-seconds: must be a number > 0 and <= 86400, got '0'"),
+    (["--window-seconds", "-3"], "argument --window-seconds: must be a number > 0"),
+    (["--window-seconds", "nan"], "argument --window-seconds: must be a number > 0"),
+    (["--window-seconds", "inf"], "argument --window-seconds: must be a number > 0"),
+    (["--window-seconds", "86401"], "argument --window-seconds: must be a number > 0 and <= 86400"),
+    (["--steady-tolerance", "0"], "argument --steady-tolerance: must be a number > 0 and <= 1, got '0'"),
+    (["--steady-tolerance", "1.5"], "argument --steady-tolerance: must be a number > 0 and <= 1"),
+    (["--epochs", "0"], "argument --epochs: must be > 0, got 0"),
+])
+def test_bad_window_flags_give_the_invalid_arguments_line(tmp_path, flags, says):
+    for sub in (["dataload", "--loader", "ffcv", "--dataset", tmp_path, "--workers", 1],
+                ["train", "--loader", "synthetic", "--model", "resnet18"]):
+        if sub[0] == "train" and flags[0] == "--epochs":
+            continue  # train has no --epochs
+        rc, r, _ = trial(*sub, *flags, timeout=120)
+        assert rc == 1 and r["status"] == "error", (sub[0], r)
+        assert r["error"].startswith(f"invalid arguments: {says}"), (sub[0], r["error"])
 
 
 def test_datasize_deletes_unless_kept_and_bad_input_is_one_line(made, tmp_path):
@@ -239,3 +314,54 @@ def test_a_killed_ffcv_writer_worker_ends_the_write_in_one_line(made, tmp_path):
     assert not out.exists() and not list(out.parent.glob(".ffcv.writing-*"))
     assert not _processes_marked(mark)
     assert "leaked shared_memory" not in err
+
+
+def test_the_nvjpeg_loader_refuses_cleanly_without_cuda(datasets):
+    """This host has no CUDA: the loader says so first, in the result line (the GPU path is not run here)."""
+    torch = need_module("torch")
+    if torch.cuda.is_available():
+        host_lacks("no-gpu", "this check is for a host without CUDA")
+    rc, r, err = trial("dataload", "--loader", "pytorch-nvjpeg", "--dataset", datasets["folder"], "--workers", 1,
+                       "--window-images", 10)
+    assert rc == 1 and r["status"] == "error" and "Traceback" not in r["error"]
+    assert r["error"] == "RuntimeError: pytorch-nvjpeg decodes on the GPU: no CUDA device here"
+
+
+TOOL = ROOT / "tools" / "nvjpeg_pipeline.py"
+
+
+def tool(*flags):
+    p = subprocess.run([sys.executable, str(TOOL), *map(str, flags)], capture_output=True, text=True, timeout=120,
+                       cwd="/")
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_the_nvjpeg_pipeline_tool_refuses_in_one_line(datasets, made, tmp_path):
+    """tools/nvjpeg_pipeline.py on this CPU host: what it checks before it needs a GPU, each refusal one line with
+    no traceback; a dataload result of another batch is no yardstick; then no CUDA (exit 1). Its GPU run is not
+    exercised here."""
+    torch = need_module("torch")
+    folder = datasets["folder"]
+    rc, out, err = trial("dataload", "--loader", "pytorch-dataloader", "--dataset", folder, "--workers", 1,
+                         "--batch", 16, "--epochs", 1)
+    assert rc == 0 and out["status"] == "ok"
+    result = tmp_path / "dataload.out"
+    result.write_text("some diagnostics\nKIT-RESULT " + json.dumps(out) + "\n")
+    cases = [(["--dataset", folder, "--batch", 0], 2, "invalid arguments: argument --batch: must be an integer >= 1"),
+             (["--dataset", folder, "--window-seconds", "nan"], 2, "invalid arguments: argument --window-seconds"),
+             (["--dataset", tmp_path], 2, f"{tmp_path}: no dataset.json"),
+             (["--dataset", datasets["ffcv"]], 2, "is a ffcv dataset; the pipeline reads folder datasets"),
+             (["--dataset", folder, "--batch", 32, "--loader-result", result], 2,
+              "ran on other data or batch (batch 16 vs 32): no fraction"),
+             (["--dataset", folder, "--loader-result", tmp_path / "none"], 2, "--loader-result"),
+             (["--dataset", made, "--batch", 16], 2, "no dataset.json")]
+    raw = tmp_path / "raw"
+    writers.write(made, corpus.read_manifest(made), raw, "folder", "raw", 64, 4, 1, 0)
+    cases.append((["--dataset", raw], 2, "4 of its 4 images are raw (.npy); the pipeline decodes JPEG datasets only"))
+    if not torch.cuda.is_available():
+        cases.append((["--dataset", folder, "--batch", 16, "--loader-result", result], 1,
+                      f"torch {torch.__version__} sees no CUDA device"))
+    for flags, code, says in cases:
+        rc, stdout, stderr = tool(*flags)
+        assert rc == code and stdout == "", (flags, rc, stdout, stderr)
+        assert len(stderr.strip().splitlines()) == 1 and says in stderr and "Traceback" not in stderr, (flags, stderr)

@@ -6,7 +6,7 @@ horizontal flip -> a uint8 batch. Each loader is built once per run and iterated
 | pytorch-dataloader | folder (ImageFolder) | PIL (libjpeg-turbo) | torchvision RandomResizedCrop on PIL: bilinear, antialiased | DataLoader processes |
 | webdataset | tar shards | PIL | the same torchvision transform | DataLoader processes (shards split by worker) |
 | ffcv | .beton | libturbojpeg (ffcv's C part) | ffcv's RandomResizedCropRGBImageDecoder: cv2 INTER_AREA | ffcv threads (numba, nogil) |
-| pytorch-nvjpeg | folder | nvJPEG on the GPU (torchvision.io.decode_jpeg), on the loader's own CUDA stream | on the GPU: torch interpolate bilinear, antialiased | DataLoader processes read bytes |
+| pytorch-nvjpeg | folder | nvJPEG on the GPU (torchvision.io.decode_jpeg, batched), on a CUDA stream of the loader's own | on the GPU, batched: bilinear antialiased (torch's weights, as matrix products) | DataLoader processes read bytes (raw: parse .npy) |
 | dali-cpu | folder (JPEG only) | DALI's CPU decoder, crop fused into the decode (decoders.image_random_crop) | fn.resize (linear, antialiased) | DALI threads |
 | dali-gpu | folder (JPEG only) | DALI `mixed` decoder (nvJPEG), crop fused | fn.resize on the GPU | DALI threads + the GPU |
 
@@ -17,7 +17,6 @@ PIL bilinear resize (what torchvision does on a PIL image); results record which
 from __future__ import annotations
 
 import contextlib
-import io
 import math
 import random
 import threading
@@ -245,81 +244,206 @@ def _ffcv(root, batch, workers, source, seed):
                  "RandomResizedCropRGBImageDecoder (cv2 INTER_AREA) + RandomHorizontalFlip", "NHWC")
 
 
+# How many batches the nvJPEG loader's GPU work may lag behind its host thread before the thread waits (for the
+# oldest one's event): a bound on the queued work and on the memory it holds, not a barrier per decode.
+NVJPEG_INFLIGHT = 3
+# The batched resize pads a group of crops to the largest one; a group holds at most this many padded float
+# elements (256 MiB), so a batch of large images is resized in several groups.
+RESIZE_BUDGET = 1 << 26
+
+
+def aa_weights(lengths, out: int, pad: int):
+    """(B, out, pad) float32 matrices: row i of image b holds the weights over input pixels 0..pad-1 of output
+    pixel i when resizing lengths[b] pixels to `out`, as torch's bilinear antialiased interpolation computes them
+    (align_corners False: centre scale*(i+0.5), a triangle filter stretched by the scale when it shrinks,
+    weights normalised over the pixels inside the input; pixels at or past lengths[b] weigh nothing)."""
+    import torch
+
+    dev = lengths.device
+    scale = lengths / out
+    support = scale.clamp(min=1.0)
+    center = scale[:, None] * (torch.arange(out, device=dev, dtype=torch.float32) + 0.5)
+    j = torch.arange(pad, device=dev, dtype=torch.float32)
+    w = (1 - ((j + 0.5)[None, None, :] - center[:, :, None]).abs() / support[:, None, None]).clamp_(min=0)
+    w = w * (j[None, None, :] < lengths[:, None, None])
+    return w / w.sum(-1, keepdim=True)
+
+
+def resize_groups(boxes: list[tuple[int, int, int, int]], budget: int = RESIZE_BUDGET) -> list[tuple[int, int]]:
+    """Consecutive [start, end) ranges of crops whose padded float buffer (n x 3 x max h x max w) fits `budget`
+    (always at least one crop): contiguous slices of the output, so no index tensor has to reach the device."""
+    groups, start, hmax, wmax = [], 0, 0, 0
+    for i, (_, _, h, w) in enumerate(boxes):
+        nh, nw = max(hmax, h), max(wmax, w)
+        if i > start and (i - start + 1) * 3 * nh * nw > budget:
+            groups.append((start, i))
+            start, nh, nw = i, h, w
+        hmax, wmax = nh, nw
+    if boxes:
+        groups.append((start, len(boxes)))
+    return groups
+
+
+def resized_crops(images: list, boxes: list[tuple[int, int, int, int]], flips: list[bool], size: int = CROP,
+                  budget: int = RESIZE_BUDGET):
+    """RandomResizedCrop's crop + bilinear antialiased resize + horizontal flip of a whole batch in a few kernels
+    (uint8 CHW images of any sizes, on any device; boxes (top, left, h, w)), instead of ~7 kernels per image: each
+    group's crops are copied into one padded buffer, then resized as two batched matrix products (rows, then
+    columns: the resize is separable), the flip folded into the column weights. The same weights as
+    torch.nn.functional.interpolate(mode="bilinear", antialias=True); pixels may differ by one level where float
+    sums round differently (or where the process lets matmuls run in TF32). Nothing here waits for the device:
+    the per-image parameters reach it from pinned memory, asynchronously."""
+    import torch
+
+    dev = images[0].device
+    n = len(images)
+    out = torch.empty((n, 3, size, size), dtype=torch.uint8, device=dev)
+    params = torch.tensor([[h, w, f] for (_, _, h, w), f in zip(boxes, flips, strict=True)], dtype=torch.float32)
+    if dev.type == "cuda":
+        params = params.pin_memory()
+    params = params.to(dev, non_blocking=True)
+    for a, b in resize_groups(boxes, budget):
+        hmax = max(h for _, _, h, _ in boxes[a:b])
+        wmax = max(w for _, _, _, w in boxes[a:b])
+        g = b - a
+        buf = torch.empty((g, 3, hmax, wmax), dtype=torch.uint8, device=dev)  # padding: weighed 0, finite
+        for k in range(g):
+            top, left, h, w = boxes[a + k]
+            buf[k, :, :h, :w].copy_(images[a + k][:, top:top + h, left:left + w])
+        ry = aa_weights(params[a:b, 0], size, hmax)
+        rx = aa_weights(params[a:b, 1], size, wmax)
+        rx = torch.where(params[a:b, 2, None, None] > 0, rx.flip(1), rx)  # a flipped image's columns reversed
+        t = torch.bmm(buf.float().view(g, 3 * hmax, wmax), rx.transpose(1, 2))  # (g, 3*hmax, size): rows resized
+        t = t.view(g, 3, hmax, size).transpose(2, 3).reshape(g, 3 * size, hmax)
+        y = torch.bmm(t, ry.transpose(1, 2)).view(g, 3, size, size).transpose(2, 3)  # columns, then back to CHW
+        out[a:b] = y.round_().clamp_(0, 255)
+    return out
+
+
+class _NvjpegItems:
+    """The nvJPEG loader's dataset: workers read a JPEG's bytes, or parse a raw .npy into its HWC pixels."""
+
+    def __init__(self, samples: list[tuple[str, int]]):
+        self.samples = samples
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, i: int):
+        path, label = self.samples[i]
+        if path.endswith(".npy"):
+            return "raw", np.load(path), label
+        return "jpeg", np.fromfile(path, dtype=np.uint8), label
+
+
+def nvjpeg_pack(items: list) -> dict:
+    """A worker's batch for the nvJPEG loader: all JPEG bytes in one buffer and all raw pixels in another (one
+    pinned copy each, one host-to-device copy for the raw ones), with each item's place in the batch."""
+    import torch
+
+    jpeg = [i for i, (kind, _, _) in enumerate(items) if kind == "jpeg"]
+    raw = [i for i, (kind, _, _) in enumerate(items) if kind == "raw"]
+
+    def flat(idx):
+        return torch.from_numpy(np.concatenate([items[i][1].reshape(-1) for i in idx])) if idx else None
+
+    jlen = [int(items[i][1].size) for i in jpeg]
+    rlen = [int(items[i][1].size) for i in raw]
+    return {"jpeg": flat(jpeg), "jpeg_index": jpeg, "jpeg_spans": list(zip(np.cumsum([0, *jlen[:-1]]).tolist(), jlen)),
+            "raw": flat(raw), "raw_index": raw, "raw_spans": list(zip(np.cumsum([0, *rlen[:-1]]).tolist(), rlen)),
+            "raw_shapes": [tuple(int(d) for d in items[i][1].shape) for i in raw],
+            "labels": torch.tensor([label for _, _, label in items], dtype=torch.int64)}
+
+
 def _nvjpeg(root, batch, workers, seed):
-    """nvJPEG decode + crop on a CUDA stream the loader owns. Why (torchvision 0.26, decode_jpegs_cuda.cpp): the
-    decoder allocates its outputs with torch::empty on the caller's current stream, then decodes on a private pool
-    stream without waiting for the caller's stream, and nvJPEG's hardware engine writes before work queued ahead
-    of it anyway (pytorch/vision#9606, meta-pytorch/torchcodec#1634). The caching allocator hands a block freed on
-    a stream to the next allocation on that stream at once, so with the training's stream current (the default
-    stream, in the prefetch thread as in the main one) nvJPEG could be handed memory the queued training kernels
-    still use. On a stream of its own the decoder only ever gets blocks this loader freed; a host barrier on that
-    stream before each decode makes them idle; the consumer's stream waits on an event for each batch, and the
-    batch is record_stream'ed so its block is not reused before the consumer's work on it has run."""
+    """nvJPEG decode + crop on the GPU, ordered by CUDA events, with no host barrier per decode.
+
+    Why two streams of its own (torchvision 0.26, decode_jpegs_cuda.cpp): decode_jpeg(device="cuda") allocates its
+    outputs with torch::empty on the caller's current stream, decodes on a private stream without waiting for the
+    caller's stream (nvJPEG's hardware engine writes before work queued ahead of it anyway: pytorch/vision#9606,
+    meta-pytorch/torchcodec#1634), synchronises that private stream, and makes the caller's stream wait on it.
+    The caching allocator hands a block freed on a stream to the next allocation on that stream at once, so a
+    decode on a stream with queued work can be handed memory that work still reads. Here the decode runs on
+    `decode_stream`, where nothing else is ever allocated or queued; its outputs are used only on `crop_stream`
+    (which waits on the decode stream's event) and are record_stream'ed there, so the allocator gives their blocks
+    back to the decoder only once the crops that read them have run: no host wait for it. The crop + resize +
+    flip of a batch run batched on `crop_stream` (resized_crops); the consumer's stream waits on an event per
+    batch, and the batch is record_stream'ed so its block is not reused before the consumer's work on it has run.
+    The host thread waits only when the GPU lags NVJPEG_INFLIGHT batches behind (a bound on queued work and
+    memory), and at an epoch's end. The decode itself returns when it is done: torchvision synchronises its own
+    stream; what overlaps it is the previous batch's crop on the GPU and the workers' reads."""
     import torch
 
     if not torch.cuda.is_available():  # said first: a CPU-only host may have no torchvision either
         raise RuntimeError("pytorch-nvjpeg decodes on the GPU: no CUDA device here")
+    import collections
+
     import torchvision
-    from torch.utils.data import DataLoader, Dataset
-    from torchvision.io import decode_jpeg
+    from torch.utils.data import DataLoader
+    from torchvision.io import ImageReadMode, decode_jpeg
 
     samples = folder_samples(root)
-
-    class Bytes(Dataset):  # the workers only read files; decode and crop happen on the GPU
-        def __len__(self):
-            return len(samples)
-
-        def __getitem__(self, i):
-            path, label = samples[i]
-            return torch.from_numpy(np.fromfile(path, dtype=np.uint8)), path.endswith(".npy"), label
-
-    dl = DataLoader(Bytes(), batch_size=batch, shuffle=True, num_workers=workers, persistent_workers=workers > 0,
-                    collate_fn=lambda items: items, generator=torch.Generator().manual_seed(seed))
+    dl = DataLoader(_NvjpegItems(samples), batch_size=batch, shuffle=True, num_workers=workers,
+                    persistent_workers=workers > 0, collate_fn=nvjpeg_pack, pin_memory=True,
+                    generator=torch.Generator().manual_seed(seed))
     rng = random.Random(seed)
     dev = torch.device("cuda")
-    stream = torch.cuda.Stream()
+    decode_stream, crop_stream = torch.cuda.Stream(), torch.cuda.Stream()
     consumer = torch.cuda.current_stream()  # where the batches are used: the thread that builds the loader
+    inflight: collections.deque = collections.deque()
 
     def decode(jpegs: list) -> list:
-        """torchvision's nvJPEG decode on the loader's stream, after a host barrier on it (see above)."""
-        with torch.cuda.stream(stream):
-            stream.synchronize()
-            return decode_jpeg(jpegs, device=dev)
+        """torchvision's batched nvJPEG decode on the decode stream; its outputs are the crop stream's to read."""
+        with torch.cuda.stream(decode_stream):
+            images = decode_jpeg(jpegs, device=dev, mode=ImageReadMode.RGB)
+        crop_stream.wait_stream(decode_stream)
+        for img in images:
+            img.record_stream(crop_stream)
+        return images
 
-    def gpu_batch(items):
-        jpegs = [b for b, raw, _ in items if not raw]
-        decoded = iter(decode(jpegs) if jpegs else [])
-        out = []
-        with torch.cuda.stream(stream):
-            for data, raw, _ in items:
-                img = (torch.from_numpy(np.load(io.BytesIO(data.numpy().tobytes()))).to(dev).permute(2, 0, 1)
-                       if raw else next(decoded))
-                top, left, h, w = crop_params(rng, img.shape[2], img.shape[1])
-                crop = img[:, top:top + h, left:left + w].unsqueeze(0).float()
-                crop = torch.nn.functional.interpolate(crop, size=(CROP, CROP), mode="bilinear", antialias=True,
-                                                       align_corners=False)
-                if rng.random() < 0.5:
-                    crop = crop.flip(3)
-                out.append(crop.round_().clamp_(0, 255).to(torch.uint8))
-            images = torch.cat(out)
+    def gpu_batch(packed: dict):
+        while len(inflight) >= NVJPEG_INFLIGHT:
+            inflight.popleft().synchronize()
+        n = len(packed["labels"])
+        images: list = [None] * n
+        if packed["jpeg_index"]:
+            buf = packed["jpeg"]
+            for i, img in zip(packed["jpeg_index"], decode([buf[o:o + k] for o, k in packed["jpeg_spans"]]),
+                              strict=True):
+                images[i] = img
+        with torch.cuda.stream(crop_stream):
+            if packed["raw_index"]:
+                raw = packed["raw"].to(dev, non_blocking=True)  # pinned by the DataLoader: asynchronous
+                for i, (o, k), (h, w, c) in zip(packed["raw_index"], packed["raw_spans"], packed["raw_shapes"]):
+                    images[i] = raw[o:o + k].view(h, w, c).permute(2, 0, 1)
+            boxes, flips = [], []
+            for img in images:
+                boxes.append(crop_params(rng, img.shape[2], img.shape[1]))
+                flips.append(rng.random() < 0.5)
+            out = resized_crops(images, boxes, flips)
             done = torch.cuda.Event()
-            done.record(stream)
+            done.record(crop_stream)
+        inflight.append(done)
         consumer.wait_event(done)  # the consumer's later work on the batch runs after the loader's
-        images.record_stream(consumer)  # its block stays the consumer's until that work has run
-        return images, torch.tensor([label for _, _, label in items], dtype=torch.int64)
+        out.record_stream(consumer)  # its block stays the consumer's until that work has run
+        return out, packed["labels"]
 
     def epoch():
-        for items in dl:
-            yield gpu_batch(items)
-        stream.synchronize()  # the epoch's GPU work is inside its time (dataload), nothing else waits
+        for packed in dl:
+            yield gpu_batch(packed)
+        crop_stream.synchronize()  # the epoch's GPU work is inside its time (dataload), nothing else waits
+        inflight.clear()
 
     def check() -> dict:
         return nvjpeg_check([p for p, _ in samples if p.endswith(".jpg")], decode, dev)
 
-    return Built(epoch, f"torchvision {torchvision.__version__} decode_jpeg(device=cuda) (nvJPEG); crop + bilinear "
-                 "antialiased resize on the GPU; DataLoader workers read bytes; decode + crop on the loader's own "
-                 "CUDA stream, host barrier on it before each decode, the consumer's stream waits on an event per "
-                 "batch, record_stream on the batch; labels passed on", "NCHW", check=check)
+    return Built(epoch, f"torchvision {torchvision.__version__} decode_jpeg(list, device=cuda, mode=RGB) (nvJPEG, "
+                 "batched) on a decode stream of the loader's own; crop + bilinear antialiased resize + flip batched "
+                 "on the GPU (two matrix products per group of crops) on a crop stream that waits on the decode by "
+                 "event; decoded images record_stream'ed to the crop stream, no host barrier per decode; at most "
+                 f"{NVJPEG_INFLIGHT} batches of GPU work queued; DataLoader workers read bytes (raw: parse .npy), "
+                 "pinned; the consumer's stream waits on an event per batch, record_stream on the batch; labels "
+                 "passed on", "NCHW", check=check)
 
 
 CHECK_IMAGES = 16
@@ -334,7 +458,7 @@ def nvjpeg_check(jpegs: list[str], decode, dev) -> dict:
     queued on the current stream, then a decode, then the reductions checked. `caller_stream` is a plain
     decode_jpeg on the current stream (what this loader did before), `loader` the loader's own decode path."""
     import torch
-    from torchvision.io import decode_jpeg
+    from torchvision.io import ImageReadMode, decode_jpeg
 
     out: dict = {"images": 0, "max_abs_diff": None, "mean_abs_diff": None, "shape_mismatches": 0, "probe": None,
                  "error": None}
@@ -345,10 +469,11 @@ def nvjpeg_check(jpegs: list[str], decode, dev) -> dict:
             return out
         gpu = decode(datas)
         torch.cuda.synchronize()  # decoded on the loader's stream, copied on this thread's
-        out.update(decode_diff([g.cpu() for g in gpu], [decode_jpeg(d) for d in datas]))
+        out.update(decode_diff([g.cpu() for g in gpu], [decode_jpeg(d, mode=ImageReadMode.RGB) for d in datas]))
         del gpu
         out["probe"] = {mode: hazard_probe(datas[0], fn, dev) for mode, fn in
-                        (("caller_stream", lambda ds: decode_jpeg(ds, device=dev)), ("loader", decode))}
+                        (("caller_stream", lambda ds: decode_jpeg(ds, device=dev, mode=ImageReadMode.RGB)),
+                         ("loader", decode))}
         out["probe"]["iterations"] = PROBE_ITERATIONS
     except Exception as exc:  # noqa: BLE001 - recorded: the check is a diagnosis, the run's figures stand
         out["error"] = f"{type(exc).__name__}: {exc}"

@@ -6,13 +6,15 @@ there (ImageNet mean/std, channels-last), forward, cross-entropy, backward, Adam
 bf16 autocast by default. `synthetic` is the upper bound: one uint8 batch of the same shape resident on
 the device, normalised on the device every step the same way (no loader at all).
 
-Phases: `warmup` training steps (worker start, cuDNN autotune, allocator), then `steps` timed training
-steps, then (a real loader only) the same number of batches through the loader alone, no training: the
-loader's own images/s in the same process. Before each timed window, as many batches as the loader can have
-read ahead are taken and dropped (untimed): each window starts on the loader's steady rate. An epoch start
-inside a window (a small dataset) is a bubble a real epoch of ImageNet has once per 5,005 steps: recorded
-(`epoch_starts_in_window`). A real loader's batches come through a prefetch thread (two
-ahead; on CUDA it pins CPU batches so the copy to the device is asynchronous), as DataLoader(pin_memory=True).
+Phases: (a real loader only) first the loader alone, measured exactly as `dataload` measures it
+(measure.measure_loader, source ram: a warm-up epoch whose time to the first batch is the loader's start-up,
+then whole epochs under the window rule the trial was given), so that its figure and dataload's compare like with
+like; then, on the same loader, `warmup` training steps (cuDNN autotune, allocator), then `steps` timed training
+steps. Before the timed window, as many batches as the loader can have read ahead are taken and dropped
+(untimed): the window starts on the loader's steady rate. An epoch start inside the window (a small dataset) is
+a bubble a real epoch of ImageNet has once per 5,005 steps: recorded (`epoch_starts_in_window`). In training a
+real loader's batches come through a prefetch thread (two ahead; on CUDA it pins CPU batches so the copy to the
+device is asynchronous), as DataLoader(pin_memory=True); the loader-alone figure has neither (nor has dataload's).
 
 Every step's loss stays a device tensor until its phase has ended (no sync inside a timed window); then the
 losses are recorded (`step_losses`) and a NaN/inf anywhere fails the run naming the first one
@@ -226,8 +228,10 @@ class Trainer:
 
 
 def run(loader: str, dataset: Path | None, workers: int, batch: int, model: str, precision: str, warmup: int,
-        steps: int, device_name: str, seed: int, result: dict) -> None:
+        steps: int, device_name: str, seed: int, result: dict, rule=None) -> None:
+    """`rule` (measure.WindowRule): the loader-alone window; by default whole epochs holding `steps` batches."""
     import loaders
+    import measure
 
     torch.manual_seed(seed)
     if device_name == "auto":
@@ -265,13 +269,19 @@ def run(loader: str, dataset: Path | None, workers: int, batch: int, model: str,
     else:
         if loader == "dali-gpu":
             raise ValueError("dali-gpu's batches stay in DALI's GPU tensors here (no hand-off to torch yet)")
-        built = loaders.build(loader, dataset, batch, workers, "ram", seed)
+        if rule is None:
+            rule = measure.WindowRule(min_images=steps * batch)
+        # The loader alone, first, on a fresh loader in this fresh process: dataload's measurement, source ram.
+        built, alone = measure.measure_loader(loader, dataset, batch, workers, "ram", seed, rule)
         nhwc = built.layout == "NHWC"
-        result.update({"impl": built.impl, "layout": built.layout, "notes": built.notes})
+        result.update({"impl": built.impl, "layout": built.layout, "notes": built.notes, "loader_alone": alone,
+                       "loader_images": alone["images"], "loader_seconds": alone["window_seconds"],
+                       "loader_images_per_second": alone["images_per_second"],
+                       "loader_startup_seconds": alone["startup_seconds"]})
         import pagecache
 
         files = loaders.data_files(loaders.FORMAT_OF[loader], dataset)
-        result["resident_before"] = pagecache.warm(files)  # source ram: the page cache warmed once
+        result["resident_before"] = pagecache.warm(files)  # source ram: the page cache warmed for training
 
         def batches():  # epoch after epoch, as training does (a loader's reader runs on across epochs)
             epoch = 0
@@ -367,18 +377,7 @@ def run(loader: str, dataset: Path | None, workers: int, batch: int, model: str,
                    "final_loss": final_loss, "drained_batches": drained,
                    "epoch_starts_in_window": epoch_now[0] - epoch0})
 
-    if built is not None:  # the loader alone, the same number of batches, in this process
-        drain()  # what was read ahead during the training window
-        epoch0 = epoch_now[0]
-        n, t0 = 0, time.perf_counter()
-        for _ in range(steps):
-            x, _, epoch_now[0] = next(it)
-            n += int(x.shape[0])
-        if cuda:
-            torch.cuda.synchronize()  # pytorch-nvjpeg decodes on the GPU
-        secs = time.perf_counter() - t0
-        result.update({"loader_images": n, "loader_seconds": secs, "loader_images_per_second": n / secs,
-                       "loader_epoch_starts": epoch_now[0] - epoch0})
+    if built is not None:
         check_loader()
         probe = (result.get("decode_check") or {}).get("probe") or {}
         if (probe.get("loader") or {}).get("corrupted"):

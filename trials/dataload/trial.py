@@ -2,15 +2,22 @@
 """Data-loading trial for kitctl: one unit of work in, one KIT-RESULT line out (protocol 1's framing).
 
     trial.py datasize --corpus C --out DIR --format ffcv --encoding jpeg90 --side 256 [--limit N] [--workers W]
-    trial.py dataload --loader ffcv --dataset DIR --workers N --source ram|cold [--batch 256] [--epochs 2]
+    trial.py dataload --loader ffcv --dataset DIR --workers N --source ram|cold [--batch 256]
+                      [--window-images 50000] [--window-seconds 30] [--steady-tolerance 0.02] [--epochs N]
     trial.py train --loader ffcv|synthetic [--dataset DIR] --workers N --model resnet50|resnet18 [--precision auto]
                    [--batch 256] [--warmup 10] [--steps 50] [--device auto|cpu|cuda]
+                   [--window-images N] [--window-seconds S] [--steady-tolerance F]
 
 datasize: writes one dataset (format x encoding x max side) and reports its bytes (writers.py).
-dataload: builds one loader, runs one warm-up epoch (worker start, JIT compilation), then `--epochs`
-timed epochs, each over the whole dataset. Source `ram`: every file warmed into the page cache before
-each epoch and checked with mincore; `cold`: every file dropped (posix_fadvise DONTNEED) before each
-epoch and checked with mincore. The result records the measured resident fraction per epoch.
+dataload: builds one loader and measures it (measure.py; docs/method.md, "Data loading"): a warm-up epoch (its
+time to the first batch is the loader's start-up, reported apart), then whole timed epochs, each over the whole
+dataset: until the window holds --window-images images and lasts --window-seconds (either flag turns the rule
+on; --epochs is then a third minimum), or, without them, exactly --epochs epochs (2). Source `ram`: every file
+warmed into the page cache before each epoch and checked with mincore; `cold`: every file dropped
+(posix_fadvise DONTNEED) before each epoch and checked with mincore. The result records the measured resident
+fraction, the per-batch seconds of every epoch and whether the window's two halves agree.
+train: train_e2e.py; its loader-alone figure is the same measurement (source ram) with the same window flags
+(without them: whole epochs holding at least --steps batches).
 Exit 0 only when status is ok.
 """
 from __future__ import annotations
@@ -20,7 +27,6 @@ import os
 import platform
 import shutil
 import sys
-import time
 import traceback
 from pathlib import Path
 
@@ -31,8 +37,10 @@ for _p in (_HERE.parent / "common", _HERE):
 
 import kittrial  # noqa: E402
 
-# A resident fraction this far from the asked-for source makes the run an error, not a mislabelled figure.
-RAM_MIN_RESIDENT, COLD_MAX_RESIDENT = 0.98, 0.05
+# The window flags parse as throughput's do (kittrial): the same ranges and messages.
+_WINDOW_IMAGES = kittrial._positive_int
+_WINDOW_SECONDS = kittrial._float_in(0.0, 86400.0, low_open=True)
+_TOLERANCE = kittrial._float_in(0.0, 1.0, low_open=True)
 
 
 def _positive(text: str) -> int:
@@ -74,8 +82,9 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--workers", required=True, type=_positive)
     d.add_argument("--source", default="ram", choices=["ram", "cold"])
     d.add_argument("--batch", type=_positive, default=256)
-    d.add_argument("--epochs", type=_positive, default=2)
+    d.add_argument("--epochs", type=_positive, default=None)
     d.add_argument("--seed", type=int, default=0)
+    _window_flags(d)
     t = sub.add_parser("train")
     t.add_argument("--loader", required=True, choices=[*loaders.LOADERS, "synthetic"])
     t.add_argument("--dataset", type=Path, default=None)
@@ -87,7 +96,14 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--steps", type=_positive, default=50)
     t.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     t.add_argument("--seed", type=int, default=0)
+    _window_flags(t)
     return p
+
+
+def _window_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--window-images", type=_WINDOW_IMAGES, default=None)
+    p.add_argument("--window-seconds", type=_WINDOW_SECONDS, default=None)
+    p.add_argument("--steady-tolerance", type=_TOLERANCE, default=kittrial.DEFAULT_STEADY_TOLERANCE)
 
 
 def datasize(a, result: dict) -> None:
@@ -107,67 +123,23 @@ def datasize(a, result: dict) -> None:
 
 
 def dataload(a, result: dict) -> None:
-    import loaders
-    import pagecache
+    import measure
 
-    fmt = loaders.FORMAT_OF[a.loader]
-    info_path = a.dataset / "dataset.json"
-    if not info_path.is_file():
-        raise kittrial.TrialError(f"{a.dataset}: no dataset.json (write the dataset with datasize --keep)")
-    import json
-
-    info = json.loads(info_path.read_text())
-    if info["format"] != fmt:
-        raise kittrial.TrialError(f"{a.loader} reads {fmt} datasets; {a.dataset} is {info['format']}")
-    files = loaders.data_files(fmt, a.dataset)
-    built = loaders.build(a.loader, a.dataset, a.batch, a.workers, a.source, a.seed)
-    result.update({"dataset": {k: info[k] for k in ("format", "encoding", "side", "images", "payload_bytes",
-                                                    "file_bytes", "jpeg_quality", "compress_probability")},
-                   "impl": built.impl, "layout": built.layout, "notes": built.notes})
-
-    def prepare() -> tuple[float, float]:
-        if built.reset is not None:
-            built.reset()
-        t0 = time.perf_counter()
-        frac = pagecache.warm(files) if a.source == "ram" else pagecache.drop(files)
-        return frac, time.perf_counter() - t0
-
-    def one_epoch() -> tuple[int, float, list[int], float | None]:
-        """(images, seconds, batch shape, seconds to the first batch: worker start and pipeline fill are inside)."""
-        images, shape, first_s = 0, None, None
-        t0 = time.perf_counter()
-        for batch in built.epoch():
-            x = batch[0] if isinstance(batch, (tuple, list)) else batch
-            images += int(x.shape[0])
-            if shape is None:
-                first_s = time.perf_counter() - t0
-                shape = [int(s) for s in x.shape]
-                dtype = str(x.dtype)
-                if "uint8" not in dtype or 224 not in shape[1:]:
-                    raise kittrial.TrialError(f"{a.loader}: batch {shape} {dtype}, expected uint8 224x224 images")
-        return images, time.perf_counter() - t0, shape or [], first_s
-
-    frac, prep_s = prepare()
-    images, warm_s, shape, _ = one_epoch()
-    if images != info["images"]:
-        raise kittrial.TrialError(f"{a.loader}: the warm-up epoch gave {images} images of {info['images']}")
-    epochs = []
-    for _ in range(a.epochs):
-        frac, prep_s = prepare()
-        bad = frac < RAM_MIN_RESIDENT if a.source == "ram" else frac > COLD_MAX_RESIDENT
-        if bad:
-            raise kittrial.TrialError(f"source {a.source}: {frac:.1%} of the dataset's pages were resident "
-                                      "before the epoch (mincore); the asked-for source could not be made"
-                                      + ("; posix_fadvise(DONTNEED) evicts only for the files' owner on recent "
-                                         "kernels: run as the dataset's owner" if a.source == "cold" else ""))
-        n, secs, _, first_s = one_epoch()
-        epochs.append({"images": n, "seconds": secs, "images_per_second": n / secs, "resident_before": frac,
-                       "prepare_seconds": prep_s, "first_batch_seconds": first_s})
-    total_n = sum(e["images"] for e in epochs)
-    total_s = sum(e["seconds"] for e in epochs)
-    result.update({"batch_shape": shape, "warmup_seconds": warm_s, "epochs": epochs, "images": total_n,
-                   "window_seconds": total_s, "images_per_second": total_n / total_s,
-                   "images_per_second_per_worker": total_n / total_s / a.workers, "status": "ok"})
+    info = measure.dataset_info(a.dataset)
+    result["dataset"] = {k: info[k] for k in ("format", "encoding", "side", "images", "payload_bytes", "file_bytes",
+                                              "jpeg_quality", "compress_probability")}
+    rule = measure.WindowRule.of(a.window_images, a.window_seconds, a.epochs, a.steady_tolerance)
+    built, m = measure.measure_loader(a.loader, a.dataset, a.batch, a.workers, a.source, a.seed, rule)
+    result.update({"impl": built.impl, "layout": built.layout, "notes": built.notes, **m,
+                   "images_per_second_per_worker": m["images_per_second"] / a.workers if m["images_per_second"]
+                   else None})
+    if built.check is not None:  # untimed, after the window (pytorch-nvjpeg: its decode against the CPU's, #9606)
+        result["decode_check"] = check = built.check()
+        probe = (check.get("probe") or {}).get("loader") or {}
+        if probe.get("corrupted"):
+            raise kittrial.TrialError(f"{a.loader}: its decode wrote into memory queued work still used "
+                                      f"({probe['corrupted']} of {check['probe']['iterations']} probe iterations)")
+    result["status"] = "ok"
 
 
 def train(a, result: dict) -> None:
@@ -175,8 +147,15 @@ def train(a, result: dict) -> None:
 
     if a.loader != "synthetic" and (a.dataset is None or not (a.dataset / "dataset.json").is_file()):
         raise kittrial.TrialError(f"{a.loader} needs --dataset DIR with a dataset.json (datasize --keep)")
+    import measure
+
+    # The loader alone: dataload's measurement (source ram); without window flags, whole epochs holding at least
+    # --steps batches (what this figure timed before the rule, rounded up to whole epochs).
+    rule = (measure.WindowRule.of(a.window_images, a.window_seconds, None, a.steady_tolerance)
+            if a.window_images is not None or a.window_seconds is not None
+            else measure.WindowRule(min_images=a.steps * a.batch, tolerance=a.steady_tolerance))
     train_e2e.run(a.loader, a.dataset, a.workers, a.batch, a.model, a.precision, a.warmup, a.steps, a.device,
-                  a.seed, result)
+                  a.seed, result, rule)
 
 
 def main(argv: list[str] | None = None) -> int:
