@@ -45,6 +45,24 @@ BUILD_TIMEOUT_S = 900
 OOM_LIMIT_MIB = int(os.environ.get("KITCTL_TEST_OOM_LIMIT_MIB", "400"))
 
 
+@pytest.fixture(autouse=True)
+def _signal_handlers_as_they_were():
+    """Each test starts and ends with the interpreter's own SIGINT/SIGTERM/SIGHUP handlers: a CLI
+    test run in-process installs kitctl's (and ends it with further signals ignored), which would
+    otherwise swallow a later test's SIGINT."""
+    import signal
+
+    from kitctl.core import signals as kit_signals
+
+    before = {s: signal.getsignal(s) for s in kit_signals.HANDLED}
+    yield
+    for s, h in before.items():
+        if h is not None:
+            signal.signal(s, h)
+    kit_signals._depth, kit_signals._pending = 0, None
+    kit_signals._stopped, kit_signals._received = False, None
+
+
 def remove_containers(containers) -> None:
     """Force-remove test containers in a finally block; one already gone is fine."""
     import docker

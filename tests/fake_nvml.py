@@ -300,7 +300,7 @@ class CandidateMemory:
     local runtime's trial, in its own session, is a child of kitctl) and every process of a
     running container labelled kit.owner-pid=<owner_pid> (the Docker runtime's; needs
     `docker_client`). The set of processes is looked up every `refresh_s`, their RSS at every
-    call. With `log_path`, each look-up appends one JSON line {t, pids, rss_mib} (wall time),
+    call. With `log_path`, each reading of `used` appends one JSON line {t, pids, rss_mib} (wall time),
     so a test can tell when the memory rose and when the processes were gone."""
 
     def __init__(self, owner_pid: int, idle_mib: float, *, docker_client: Any = None,
@@ -354,15 +354,16 @@ class CandidateMemory:
             if now >= self._next:
                 self._pids = self._refresh()
                 self._next = now + self.refresh_s
-                if self.log_path is not None:
-                    line = {"t": time.time(), "pids": sorted(self._pids),
-                            "rss_mib": round(sum(rss_mib(p) for p in self._pids), 1)}
-                    with self.log_path.open("a") as f:
-                        f.write(json.dumps(line) + "\n")
             return set(self._pids)
 
     def used_mib(self, _call: int = 0) -> float:
-        return self.idle_mib + sum(rss_mib(p) for p in self.pids())
+        pids = self.pids()
+        rss = sum(rss_mib(p) for p in pids)
+        if self.log_path is not None:  # the very value answered: the kit's reading and the log agree
+            line = {"t": time.time(), "pids": sorted(pids), "rss_mib": round(rss, 1)}
+            with self._lock, self.log_path.open("a") as f:
+                f.write(json.dumps(line) + "\n")
+        return self.idle_mib + rss
 
     def processes(self) -> list[FakeProcess]:
         return [FakeProcess(p, rss_mib(p)) for p in sorted(self.pids())]
