@@ -127,7 +127,7 @@ class NodeAgent:
             from .core.gpu import Nvml
 
             # Ray sets CUDA_VISIBLE_DEVICES to the GPU it gave this actor: NVML numbers them
-            # its own way, so go through the UUID (DESIGN.md, "Runtimes").
+            # its own way, so go through the UUID (docs/method.md, "Runtimes").
             ids = ray.get_gpu_ids()
             self.nvml = Nvml()
             index, self.handle = self.nvml.resolve(str(int(ids[0])) if ids else None)

@@ -28,7 +28,7 @@ from .errors import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Fail
 
 RESULT_PREFIX = "KIT-RESULT "
 STDERR_TAIL = 4000
-# Published by FFCV for ImageNet's 1,281,167 training images (GB), as DESIGN.md quotes them; the
+# Published by FFCV for ImageNet's 1,281,167 training images (GB), as docs/data.md quotes them; the
 # cells it does not quote stay empty rather than guessed.
 FFCV_PUBLISHED_GB = {("jpeg90", 256): 22.01, ("jpeg90", 512): 65.47, ("raw", 256): 169.79, ("mix90", 256): 58.36}
 FFCV_PUBLISHED_LOAD = {("ffcv", "jpeg90", 512, "ram"): 31_278, ("ffcv", "raw", 256, "ram"): 172_801,

@@ -1,4 +1,4 @@
-"""The VRAM rule's arithmetic (DESIGN.md): L, R, B = L − R, and each engine's calibrated overhead.
+"""The VRAM rule's arithmetic (docs/method.md, "Max batch"): L, R, B = L − R, and each engine's calibrated overhead.
 
 Frameworks allocate outside their allocator (CUDA context, library handles, lazily loaded
 kernels), so a small calibration candidate measures overhead = device-delta peak − framework

@@ -1,4 +1,4 @@
-"""The engines (`--engines` names) and what each can run: DESIGN.md's engine table."""
+"""The engines (`--engines` names) and what each can run: docs/engines.md's table."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,6 +1,6 @@
 """Typed outcomes shared by runtimes, search, sampler and artifact.
 
-One list of statuses (DESIGN.md, "Outcome statuses"): every runtime returns a
+One list of statuses (docs/method.md, "Max batch"): every runtime returns a
 `TrialOutcome`, and nothing downstream knows which runtime produced it.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Trial protocol v1, host side: the argv a trial gets and the KIT-RESULT line it prints.
 
-DESIGN.md fixes both; every engine's trial speaks this, whichever runtime starts it.
+docs/method.md and results/README.md describe both; every engine's trial speaks this, whichever runtime starts it.
 """
 from __future__ import annotations
 

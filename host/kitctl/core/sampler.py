@@ -1,4 +1,4 @@
-"""Host-side NVML sampler: the VRAM gate of DESIGN.md ("The VRAM rule").
+"""Host-side NVML sampler: the VRAM gate (docs/method.md, "Max batch").
 
 A background thread reads the device's used memory as fast as NVML answers (target ≥ 500
 samples/s), keeps the peak of the device delta (used − idle baseline taken just before the

@@ -4,7 +4,7 @@ A strategy looks at the history of (batch, status) pairs and says what to run ne
 it is done. Being a pure function of the history makes it testable without a GPU and makes
 `--resume` trivial: replay the recorded trials and ask again.
 
-`protocol` (DESIGN.md, "Search"): run the start batch; if it fails bisect [1, start-1];
+`protocol` (docs/method.md, "Max batch"): run the start batch; if it fails bisect [1, start-1];
 else double until the first failure or the cap, bisect the gap to resolution 1, and run
 max+1 so the artifact holds a verified pass at max_batch and a verified fail at next_batch.
 A timeout/crash/error is retried once; a second non-memory failure stops the engine.

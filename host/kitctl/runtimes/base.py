@@ -1,6 +1,6 @@
 """The runtime interface: start one candidate, watch it, turn what happened into a TrialOutcome.
 
-Two implementations (DESIGN.md, "Runtimes"): `local` (a fresh subprocess) and `docker`
+Two implementations (docs/method.md, "Runtimes"): `local` (a fresh subprocess) and `docker`
 (a fresh container). Classification lives here, once, so both say the same thing.
 """
 from __future__ import annotations
@@ -66,7 +66,7 @@ def tail(text: str, n: int = STDERR_TAIL_CHARS) -> str:
 
 def classify(request: TrialRequest, raw: RawRun, peaks: MemoryPeaks, *, over_budget: bool,
              runtime: str) -> TrialOutcome:
-    """One rule for every runtime (DESIGN.md "Outcome statuses" and "The VRAM rule").
+    """One rule for every runtime (docs/method.md, "Max batch": outcome statuses, the VRAM rule).
 
     Order matters: the kit's own kills first (so they are never read as OOM-kills or
     crashes), then the kernel's OOM-kill, then what the trial said about itself.

@@ -1,4 +1,4 @@
-"""The Docker runtime: each candidate is a fresh container of the engine's image (DESIGN.md "Runtimes").
+"""The Docker runtime: each candidate is a fresh container of the engine's image (docs/method.md, "Runtimes").
 
 Through the Docker SDK for Python (never the docker CLI). Per candidate:
 
@@ -43,7 +43,7 @@ try:  # the SDK is a dependency of kitctl, but `--runtime local` must work witho
 except ImportError:  # pragma: no cover - exercised only on hosts without the SDK
     docker = None  # type: ignore[assignment]
 
-# Labels every kit container carries (DESIGN.md "Artifact").
+# Labels every kit container carries (results/README.md).
 LABEL_RUN_ID = "kit.run-id"
 LABEL_OWNER_PID = "kit.owner-pid"
 LABEL_OWNER_START = "kit.owner-start"  # the owner's start time: a reused PID is not the owner
@@ -108,7 +108,7 @@ def _short(exc: BaseException, limit: int = 300) -> str:
 
 @dataclass(frozen=True)
 class GpuRequest:
-    """One way of asking the daemon for the GPU (DESIGN.md "Runtimes").
+    """One way of asking the daemon for the GPU (docs/method.md, "Runtimes").
 
     `toolkit`: `DeviceRequest(device_ids=[UUID], capabilities=[["gpu"]])`, what `docker run --gpus`
     sends; the NVIDIA Container Toolkit's hook serves it. `cdi`: `DeviceRequest(driver="cdi",
