@@ -261,7 +261,7 @@ class FakeNvmlLib:
 
 # -- memory that rises with a real process ---------------------------------------------------
 
-OWNER_LABEL = "kit.owner-pid"  # the label kitctl puts on its containers (DESIGN.md, "Artifact")
+OWNER_LABEL = "kit.owner-pid"  # the label kitctl puts on its containers (results/README.md)
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 

@@ -449,7 +449,7 @@ def test_clean_images_removes_dangling_kit_images_only(client, image):
 # ---- the overhead benchmark ---------------------------------------------------------------------
 
 def test_bench_runtime_overhead_runs_and_writes_its_json(image, tmp_path):
-    """A smoke run of tools/bench_runtime_overhead.py (one candidate each; the README has a real run)."""
+    """A smoke run of tools/bench_runtime_overhead.py (one candidate each; results/reports/measurements-overview.md has a real run)."""
     p = subprocess.run([sys.executable, str(ROOT / "tools/bench_runtime_overhead.py"), "-n", "1", "--warmup", "0",
                         "--floor", "1", "--image", image, "--results-dir", str(tmp_path)],
                        capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""How much does the Docker runtime add per candidate, against the local runtime? (README "Benchmarks")
+"""How much does the Docker runtime add per candidate, against the local runtime? (docs/docker-gpu.md, "Docker runtime overhead per candidate")
 
 One run, both runtimes, the same trivial trial: the real trial program with a tiny fast path
 (default: pytorch-eager, ResNet-50 max-batch candidate at batch 2 on the CPU). The Docker runtime
