@@ -60,3 +60,8 @@ def worker_signals() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
+
+
+def torch_worker(_worker_id: int, parent: int) -> None:
+    """A torch DataLoader's worker_init_fn: the worker dies with the process that built the loader."""
+    die_with_parent(parent)
