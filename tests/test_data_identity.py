@@ -194,3 +194,23 @@ def test_a_truncated_manifest_is_one_line(sources, corpora, tmp_path):
         refuse(sources, tmp_path, "run", bench, "--corpus", bad, says="not a readable corpus manifest")
     (bad / "manifest.json").write_text('{"kind": "something else"}')
     refuse(sources, tmp_path, "run", "dataload", "--corpus", bad, says="not a kitctl corpus manifest")
+
+
+def test_data_verify_reads_every_byte(sources, corpora, tmp_path):
+    a = shutil.copytree(corpora[0], tmp_path / "c")
+    p = kitctl(sources, "data", "verify", a)
+    assert p.returncode == 0 and "matches" in p.stdout, p.stderr
+    r = _trial("datasize", "--corpus", a, "--out", tmp_path / "ds", "--format", "folder", "--encoding", "raw",
+               "--side", 48, "--workers", 1, "--keep")
+    assert r["status"] == "ok", r
+    assert kitctl(sources, "data", "verify", tmp_path / "ds").returncode == 0
+    for root, victim in ((a, sorted((a / "train").rglob("*.jpg"))[2]), (tmp_path / "ds",
+                                                                         sorted((tmp_path / "ds").rglob("*.npy"))[2])):
+        data = bytearray(victim.read_bytes())
+        data[len(data) // 2] ^= 1  # same size: only the hash tells
+        victim.write_bytes(bytes(data))
+        p = kitctl(sources, "data", "verify", root)
+        assert p.returncode == 1 and victim.name in p.stderr and "SHA-256" in p.stderr, p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1
+    p = kitctl(sources, "data", "verify", tmp_path)
+    assert p.returncode == 2 and "neither a corpus" in p.stderr

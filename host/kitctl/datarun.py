@@ -683,10 +683,10 @@ def corpus_key(corpus: str) -> str:
     return corpus_identity(read_corpus_manifest(corpus))
 
 
-def verify_dataset(d: Path, corpus_id: str, hashes: bool = False) -> str | None:
+def verify_dataset(d: Path, corpus_id: str | None, hashes: bool = False) -> str | None:
     """Why the dataset folder `d` cannot be read as the corpus's (None: it can): its dataset.json must be whole,
     name the corpus identity `corpus_id`, and list its files, each there at its recorded size (`hashes`: and
-    SHA-256). Every reason names the folder."""
+    SHA-256). `corpus_id` None: any corpus's. Every reason names the folder."""
     info_path = d / "dataset.json"
     try:
         info = json.loads(info_path.read_text())
@@ -695,7 +695,7 @@ def verify_dataset(d: Path, corpus_id: str, hashes: bool = False) -> str | None:
     if not isinstance(info, dict):
         return f"{info_path}: not a dataset record"
     written_from = (info.get("corpus") or {}).get("identity") if isinstance(info.get("corpus"), dict) else None
-    if written_from != corpus_id:
+    if corpus_id is not None and written_from != corpus_id:
         return (f"{d} was written from another corpus (identity {written_from or 'unrecorded'}, this corpus "
                 f"{corpus_id}); remove it to have it written again")
     files = info.get("file_list")
@@ -712,6 +712,21 @@ def verify_dataset(d: Path, corpus_id: str, hashes: bool = False) -> str | None:
                     f"{f.get('bytes')} (a half-written or changed dataset); remove {d} to have it written again")
         if hashes and _sha256(path) != f.get("sha256"):
             return f"{d}: {f.get('path')} does not match its recorded SHA-256 (changed since written)"
+    return None
+
+
+def verify_corpus(corpus: Path) -> str | None:
+    """Why the corpus at `corpus` is not what its manifest says (None: it is): every image there at its recorded
+    size and SHA-256 (a manifest from before per-file hashes: sizes only)."""
+    manifest = read_corpus_manifest(corpus)
+    for f in manifest["files"]:
+        path = corpus / f["file"]
+        size = path.stat().st_size if path.is_file() else None
+        if size != f["bytes"]:
+            return (f"{corpus}: {f['file']} is {'missing' if size is None else f'{size:,} bytes'}, its manifest "
+                    f"says {f['bytes']:,}")
+        if f.get("sha256") and _sha256(path) != f["sha256"]:
+            return f"{corpus}: {f['file']} does not match its manifest's SHA-256 (changed since the corpus was made)"
     return None
 
 
