@@ -158,3 +158,30 @@ def test_a_read_only_parent_is_refused_up_front(sources, tmp_path):
         p = make(sources, ro / "corpus", "--images", 5)
     _, errs = p.communicate(timeout=60)
     assert p.returncode == 2 and len(errs.strip().splitlines()) == 1 and "not a writable folder" in errs, errs
+
+
+def test_kill_9_of_kitctl_ends_a_dataload_trial_and_its_loader_workers(sources, tmp_path):
+    from conftest import need_module
+
+    need_module("torch", "the pytorch-dataloader loader")
+    corpus = tmp_path / "corpus"
+    p = make(sources, corpus, "--images", 12, "--classes", 3, "--workers", 1)
+    assert p.communicate(timeout=120)[0] is not None and p.returncode == 0
+    ds = tmp_path / "ds"
+    run = subprocess.Popen([*ENTRY, "run", "dataload", "--corpus", str(corpus), "--data-dir", str(ds), "--loaders",
+                            "pytorch-dataloader", "--side", "64", "--workers", "2", "--runs", "1", "--epochs", "100000",
+                            "--batch", "4", "--results-dir", str(tmp_path / "r")], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, env=_env(sources))
+    try:
+        end = time.monotonic() + 240
+        # the trial (its --dataset is under ds) and its 2 forked loader workers, measuring
+        while sum("trial.py dataload" in c for c in processes_of(ds)) < 3:
+            assert time.monotonic() < end and run.poll() is None, (processes_of(ds), run.poll())
+            time.sleep(0.2)
+        run.kill()
+        run.communicate(timeout=30)
+        assert wait_gone(ds) == [], "the trial or its loader workers went on after kitctl was killed"
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
