@@ -282,6 +282,8 @@ class _Prepared:
         # The first failure, UTF-8; empty: none. Inherited by ffcv's worker processes (a Process argument).
         self.failure = multiprocessing.Array(ctypes.c_char, self.MESSAGE_BYTES)
         self.kill_at = _fault_kill_at()
+        self.parent = os.getpid()  # ffcv's worker processes die with the writer (armed at their first sample)
+        self._armed: int | None = None
 
     def __len__(self) -> int:
         return len(self.files)
@@ -290,6 +292,9 @@ class _Prepared:
         return self.failure.value.decode(errors="replace") or None
 
     def __getitem__(self, i: int):
+        if self._armed != os.getpid() and os.getpid() != self.parent:
+            lifeline.die_with_parent(self.parent)
+            self._armed = os.getpid()
         label = self.files[i]["label"]
         if i == self.kill_at:
             os.kill(os.getpid(), signal.SIGKILL)

@@ -103,7 +103,9 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 @data_app.command("verify")
-def verify(path: Path = typer.Argument(..., help="A corpus (manifest.json) or a dataset folder (dataset.json).")) -> None:
+def verify(
+    path: Path = typer.Argument(..., help="A corpus (manifest.json) or a dataset folder (dataset.json)."),
+) -> None:
     """Check every file of a corpus or a dataset against its record: present, of its recorded size and SHA-256 (the
     benchmarks check sizes before every read; this reads every byte). Exit 0 when all match, 1 when not."""
     from ...datarun import verify_corpus, verify_dataset

@@ -6,7 +6,8 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from ...core.stats import summarize
-from ...datarun import GPU_LOADERS, Where, corpus_images, corpus_key, dataset_dir, prepare_datasets, run_on_dataset, save
+from ...datarun import GPU_LOADERS, Where, corpus_images, corpus_key, dataset_dir, prepare_datasets, run_on_dataset, \
+    save
 from .config import FORMAT_OF, DataloadConfig
 from .table import source_label
 
