@@ -308,7 +308,8 @@ def test_train_e2e_docker_sigterm_keeps_the_partial_and_no_container(client, loa
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "host"), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen([sys.executable, "-c", "from kitctl.cli import main; main()", "run", "train-e2e",
                              "--corpus", str(small_corpus), "--data-dir", str(tmp_path / "ds"), "--loaders",
-                             "pytorch-dataloader", *E2E, "--steps", "500", "--runtime", "docker", "--results-dir",
+                             "pytorch-dataloader", *E2E, "--warmup", "500", "--steps", "2", "--runtime", "docker",
+                             "--results-dir",
                              str(res)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     mine = {"label": f"kit.owner-pid={proc.pid}"}
     try:
@@ -335,7 +336,7 @@ def test_train_e2e_docker_sigterm_keeps_the_partial_and_no_container(client, loa
     doc = json.loads(partial.read_text())
     assert doc["state"] == "interrupted" and doc["interrupted_by"] == "SIGTERM" and doc["runtime"]["name"] == "docker"
     assert doc["datasets"][0]["status"] == "ok"  # kept: a --resume reuses it
-    assert not any(c["runs"] for c in doc["results"])  # the 500-step run was cut, not recorded as a result
+    assert not any(c["runs"] for c in doc["results"])  # the 500-step warm-up was cut, not recorded as a result
 
 
 def test_ffcv_datasets_and_training_through_docker(client, loader_image, ffcv_image, small_corpus, tmp_path):

@@ -266,7 +266,8 @@ def test_a_dataset_folder_exists_only_whole(made, tmp_path, fmt):
     if fmt == "folder":  # an image that does not decode: the writer fails after writing 5, naming it
         junk = tmp_path / "junk.jpg"
         junk.write_bytes(b"not a JPEG")
-        broken = dict(m, files=[*m["files"][:5], dict(m["files"][5], file=str(junk))])
+        # (its manifest entry says its size: a size that differs is refused up front, before any write)
+        broken = dict(m, files=[*m["files"][:5], dict(m["files"][5], file=str(junk), bytes=junk.stat().st_size)])
         with pytest.raises(writers.UnreadableImage, match=f"corpus image {junk} cannot be decoded"):
             writers.write(made, broken, out, fmt, "jpeg90", 64, workers=1, seed=0)
         assert not out.exists() and not list(out.parent.glob(f".{fmt}.writing-*"))
@@ -278,6 +279,10 @@ def test_a_dataset_folder_exists_only_whole(made, tmp_path, fmt):
     bad = m["files"][20]["file"]
     whole = (cut / bad).read_bytes()
     (cut / bad).write_bytes(whole[: len(whole) // 3])
+    # The manifest made to agree on its size (else the size check refuses it up front): the decode must fail.
+    cut_m = json.loads((cut / "manifest.json").read_text())
+    cut_m["files"][20]["bytes"] = len(whole) // 3
+    (cut / "manifest.json").write_text(json.dumps(cut_m))
     mark = f"kitctl-test-{uuid.uuid4().hex}"  # inherited by every process the trial starts
     rc, r, err = trial("datasize", "--corpus", cut, "--out", out, "--format", fmt, "--encoding", "jpeg90",
                        "--side", 64, "--workers", 2, "--keep", timeout=240, env={**os.environ, "KITCTL_TEST_MARK": mark})

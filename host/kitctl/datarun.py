@@ -5,6 +5,7 @@ trial protocol (TrialRequest); the data trials take other flags, so they have th
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import signal
@@ -84,11 +85,16 @@ def trial_env(gpu_uuid: str | None) -> dict[str, str]:
 
 
 def run_trial(python: str, argv: list[str], timeout_s: float, gpu_uuid: str | None = None) -> TrialRun:
-    """One fresh trial process in its own session; the whole group is killed on timeout or signal."""
+    """One fresh trial process in its own session; the whole group is killed on timeout or signal, and the trial
+    dies with kitctl (the local runtime's parent-death signal: a `kill -9` of kitctl leaves no trial running; its
+    pool and loader workers die with it in turn, trials/dataload/lifeline.py)."""
+    from .runtimes.local import _preexec
+
     t0 = time.monotonic()
     env = trial_env(gpu_uuid)
     proc = subprocess.Popen([python, str(trial_path()), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True, env=env)
+                            stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True, env=env,
+                            preexec_fn=_preexec(None))
     timed_out = False
     try:
         try:
@@ -174,7 +180,78 @@ def check_corpus(corpus: str) -> Path:
     p = Path(corpus).expanduser().resolve()
     if not (p / "manifest.json").is_file():
         raise Fail(f"--corpus {corpus}: not a corpus (no manifest.json); make one with `kitctl data make`")
+    read_corpus_manifest(p)  # a truncated or foreign manifest is one line now, not a traceback later
     return p
+
+
+# --workers above this many per core is refused (the corpus maker's cap too): more processes than that only add
+# memory (~100 MB each) and fork cost, never speed, and a typo (100000) would fork until the OOM killer steps in.
+MAX_WORKERS_PER_CORE = 4
+
+
+def check_workers(flag: str, values: tuple[int, ...]) -> tuple[int, ...]:
+    cap = MAX_WORKERS_PER_CORE * (os.cpu_count() or 1)
+    bad = [w for w in values if w > cap]
+    if bad:
+        raise Fail(f"{flag} {bad[0]} is more than {cap} ({MAX_WORKERS_PER_CORE} per core of this host's "
+                   f"{os.cpu_count()}); more workers add memory, not speed")
+    return values
+
+
+def check_data_dir(data_dir: str, corpus: str | Path, limit: int | None,
+                   datasets: list[tuple[str, str, int]], flag: str = "--data-dir") -> None:
+    """A dataset still to be written needs a writable data dir: refused now, in one line, rather than after the
+    run has started (a data dir holding every dataset already may be read-only)."""
+    manifest = read_corpus_manifest(corpus)
+    n = min(manifest["images"], limit) if limit else manifest["images"]
+    cid = corpus_identity(manifest)
+    missing = [d for d in (dataset_dir(data_dir, n, f, e, s, cid) for f, e, s in datasets)
+               if not (d / "dataset.json").is_file()]
+    if not missing:
+        return
+    p = Path(data_dir)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    if not p.is_dir() or not os.access(p, os.W_OK | os.X_OK):
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        raise Fail(f"{flag} {data_dir}: {p} is not a writable folder, and {missing[0].name}{more} must be written "
+                   "there first")
+
+
+MANIFEST_MAX_BYTES = 512 * 2**20  # a corpus of millions of images has a manifest of a few hundred MB at most
+
+
+def read_corpus_manifest(corpus: str | Path) -> dict[str, Any]:
+    """The corpus's manifest.json, checked to be one (Fail, one line naming the file, if not)."""
+    path = Path(corpus) / "manifest.json"
+    try:
+        if not path.is_file():
+            raise Fail(f"--corpus {corpus}: not a corpus (no manifest.json); make one with `kitctl data make`")
+        if path.stat().st_size > MANIFEST_MAX_BYTES:
+            raise Fail(f"{path}: {path.stat().st_size:,} bytes is no corpus manifest")
+        m = json.loads(path.read_text())
+    except (ValueError, OSError) as exc:  # truncated, not UTF-8, unreadable
+        raise Fail(f"{path}: not a readable corpus manifest ({' '.join(str(exc).split())[:120]}); "
+                   "make the corpus again with `kitctl data make`") from None
+    files = m.get("files") if isinstance(m, dict) else None
+    if not (isinstance(m, dict) and m.get("kind") == "kitctl-image-corpus" and isinstance(m.get("images"), int)
+            and isinstance(files, list) and len(files) == m["images"]
+            and all(isinstance(f, dict) and isinstance(f.get("file"), str) and isinstance(f.get("bytes"), int)
+                    for f in files)):
+        raise Fail(f"{path}: not a kitctl corpus manifest (kind, images and one file entry per image); "
+                   "make the corpus again with `kitctl data make`")
+    return m
+
+
+def corpus_identity(manifest: dict[str, Any]) -> str:
+    """The corpus's content identity (trials/dataload/corpus.py: identity, the same function): a hash of its
+    seed, count, classes, bytes and every file's name, label, size and hash, not of when it was made. A dataset
+    is keyed by it and records it, so a dataset is only ever read for the corpus it was written from."""
+    files = [[f.get("file"), f.get("label"), f.get("bytes"), *([f["sha256"]] if "sha256" in f else [])]
+             for f in manifest.get("files") or []]
+    key = {k: manifest.get(k) for k in ("kind", "corpus_version", "seed", "images", "classes", "bytes")}
+    text = json.dumps({**key, "files": files}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def new_doc(benchmark: str, config_json: dict[str, Any], gpu: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -591,36 +668,112 @@ LOADER_FORMAT = {"pytorch-dataloader": "folder", "webdataset": "webdataset", "ff
 DATA_ENCODINGS = ("jpeg50", "jpeg90", "jpeg100", "mix90", "raw")
 
 
-def dataset_dir(data_dir: str, images: int, fmt: str, enc: str, side: int) -> Path:
-    """<data_dir>/<format>-<encoding>-<side>-n<images>: written once, reused by every data benchmark."""
-    return Path(data_dir) / f"{fmt}-{enc}-{side}-n{images}"
+def dataset_dir(data_dir: str, images: int, fmt: str, enc: str, side: int, corpus_id: str) -> Path:
+    """<data_dir>/<format>-<encoding>-<side>-n<images>-c<corpus identity>: written once from one corpus, reused by
+    every data benchmark that reads that corpus (another corpus, even of the same count, gets its own)."""
+    return Path(data_dir) / f"{fmt}-{enc}-{side}-n{images}-c{corpus_id}"
 
 
 def corpus_images(corpus: str, limit: int | None) -> int:
-    n = json.loads((Path(corpus) / "manifest.json").read_text())["images"]
+    n = read_corpus_manifest(corpus)["images"]
     return min(n, limit) if limit else n
+
+
+def corpus_key(corpus: str) -> str:
+    return corpus_identity(read_corpus_manifest(corpus))
+
+
+def verify_dataset(d: Path, corpus_id: str | None, hashes: bool = False) -> str | None:
+    """Why the dataset folder `d` cannot be read as the corpus's (None: it can): its dataset.json must be whole,
+    name the corpus identity `corpus_id`, and list its files, each there at its recorded size (`hashes`: and
+    SHA-256). `corpus_id` None: any corpus's. Every reason names the folder."""
+    info_path = d / "dataset.json"
+    try:
+        info = json.loads(info_path.read_text())
+    except (ValueError, OSError) as exc:
+        return f"{info_path}: not a readable dataset record ({' '.join(str(exc).split())[:100]})"
+    if not isinstance(info, dict):
+        return f"{info_path}: not a dataset record"
+    written_from = (info.get("corpus") or {}).get("identity") if isinstance(info.get("corpus"), dict) else None
+    if corpus_id is not None and written_from != corpus_id:
+        return (f"{d} was written from another corpus (identity {written_from or 'unrecorded'}, this corpus "
+                f"{corpus_id}); remove it to have it written again")
+    files = info.get("file_list")
+    if not isinstance(files, list) or not files:
+        return f"{d}: its dataset.json lists no files to check; remove it to have it written again"
+    for f in files:
+        path = d / str(f.get("path"))
+        try:
+            size = path.stat().st_size if path.is_file() else None
+        except OSError:
+            size = None
+        if size != f.get("bytes"):
+            return (f"{d}: {f.get('path')} is {'missing' if size is None else f'{size:,} bytes'}, its record says "
+                    f"{f.get('bytes')} (a half-written or changed dataset); remove {d} to have it written again")
+        if hashes and _sha256(path) != f.get("sha256"):
+            return f"{d}: {f.get('path')} does not match its recorded SHA-256 (changed since written)"
+    return None
+
+
+def verify_corpus(corpus: Path) -> str | None:
+    """Why the corpus at `corpus` is not what its manifest says (None: it is): every image there at its recorded
+    size and SHA-256 (a manifest from before per-file hashes: sizes only)."""
+    manifest = read_corpus_manifest(corpus)
+    for f in manifest["files"]:
+        path = corpus / f["file"]
+        size = path.stat().st_size if path.is_file() else None
+        if size != f["bytes"]:
+            return (f"{corpus}: {f['file']} is {'missing' if size is None else f'{size:,} bytes'}, its manifest "
+                    f"says {f['bytes']:,}")
+        if f.get("sha256") and _sha256(path) != f["sha256"]:
+            return f"{corpus}: {f['file']} does not match its manifest's SHA-256 (changed since the corpus was made)"
+    return None
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def prepare_datasets(where: Where, benchmark: str, corpus: str, data_dir: str, limit: int | None, timeout_s: float,
                      datasets: list[tuple[str, str, int]], doc: dict[str, Any],
                      note: Callable[[str], None]) -> dict[tuple, str | None]:
-    """Write the (format, encoding, side) datasets not written yet (`trial.py datasize --keep`, in the writer's
-    image with the docker runtime), recorded in doc["datasets"]; returns why each is unusable, or None."""
-    n = corpus_images(corpus, limit)
+    """Write the (format, encoding, side) datasets of this corpus not written yet (`trial.py datasize --keep`, in
+    the writer's image with the docker runtime); a dataset already there is checked against the corpus's identity
+    and its files' sizes before it is reused. Every dataset used is recorded in doc["datasets"] with the corpus
+    identity it belongs to; returns why each is unusable, or None."""
+    manifest = read_corpus_manifest(corpus)
+    corpus_id = corpus_identity(manifest)
+    n = min(manifest["images"], limit) if limit else manifest["images"]
     problems: dict[tuple, str | None] = {}
     doc.setdefault("datasets", [])
+    recorded = {r.get("path") for r in doc["datasets"]}
     for fmt, enc, side in datasets:
-        d = dataset_dir(data_dir, n, fmt, enc, side)
+        d = dataset_dir(data_dir, n, fmt, enc, side, corpus_id)
+        base = {"path": str(d), "format": fmt, "encoding": enc, "side": side, "corpus_identity": corpus_id,
+                "corpus_seed": manifest.get("seed"), "corpus_images": manifest["images"]}
         if (d / "dataset.json").is_file():
-            problems[(fmt, enc, side)] = None
+            why = verify_dataset(d, corpus_id)
+            problems[(fmt, enc, side)] = why
+            if str(d) not in recorded:
+                doc["datasets"].append({**base, "reused": True, "status": "ok" if why is None else "refused",
+                                        "error": why})
+            note(f"dataset {d.name}: " + (f"REFUSED ({why})" if why else "reused (corpus identity and file sizes "
+                                                                          "checked)"))
             continue
         tr = write_dataset(where, benchmark, corpus, d, fmt, enc, side, limit, timeout_s, keep=True)
-        problems[(fmt, enc, side)] = None if tr.status == "ok" else f"writing the dataset failed: {tr.error}"
-        doc["datasets"].append({"path": str(d), "format": fmt, "encoding": enc, "side": side, **tr.to_json(),
+        why = None if tr.status == "ok" else f"writing the dataset failed: {tr.error}"
+        if why is None:
+            why = verify_dataset(d, corpus_id)
+        problems[(fmt, enc, side)] = why
+        doc["datasets"].append({**base, "reused": False, **tr.to_json(),
                                 "size": {k: (tr.result or {}).get(k) for k in ("images", "payload_bytes", "file_bytes",
                                                                                "write_seconds")},
                                 "versions": (tr.result or {}).get("versions")})
-        note(f"dataset {d.name}: {tr.status}" + (f" ({tr.error})" if tr.error else f" in {tr.elapsed_s:.1f} s"))
+        note(f"dataset {d.name}: {tr.status}" + (f" ({why})" if why else f" in {tr.elapsed_s:.1f} s"))
     return problems
 
 

@@ -596,18 +596,83 @@ def _read_bin(path: Path, want: int) -> tuple[np.ndarray, np.ndarray]:
     return raw[:, 1:], raw[:, 0].astype(np.int64)
 
 
+def _np_global(module: str, name: str):
+    """numpy's own reconstructor `name`, under numpy 2's module names or numpy 1's."""
+    import importlib
+
+    for mod in (module, module.replace("numpy.core", "numpy._core"), module.replace("numpy._core", "numpy.core")):
+        try:
+            return getattr(importlib.import_module(mod), name)
+        except (ImportError, AttributeError):
+            continue
+    raise pickle.UnpicklingError(f"numpy has no {module}.{name}")
+
+
+def _plain_dtype(*args):
+    """numpy.dtype for an unpickled array: plain numbers only (an object dtype would unpickle any object)."""
+    d = np.dtype(*args[:1])
+    if d.hasobject or d.kind == "V":
+        raise pickle.UnpicklingError(f"numpy dtype {d} (only plain numbers are allowed)")
+    return np.dtype(*args)
+
+
+def _latin1(text, encoding="latin1"):
+    if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
+        raise pickle.UnpicklingError("_codecs.encode other than a str to latin-1")
+    return text.encode("latin-1")
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    """The python layout is a pickle, and a pickle can name any callable (os.system): every global goes through
+    find_class, which allows numpy's array/dtype reconstructors and latin-1 bytes only (docs/data-trust.md)."""
+
+    _NUMPY = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+              ("numpy.core.numeric", "_frombuffer"), ("numpy._core.numeric", "_frombuffer"),
+              ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar")}
+
+    def find_class(self, module, name):
+        if (module, name) == ("numpy", "ndarray"):
+            return np.ndarray
+        if (module, name) == ("numpy", "dtype"):
+            return _plain_dtype
+        if (module, name) == ("_codecs", "encode"):
+            return _latin1
+        if (module, name) in self._NUMPY:
+            return _np_global(module, name)
+        raise pickle.UnpicklingError(f"it names {module}.{name}, which a CIFAR-10 batch never does "
+                                     "(refused: a pickle can run code)")
+
+
 def _read_py(path: Path, want: int) -> tuple[np.ndarray, np.ndarray]:
-    # The official python layout is a pickle; only point --data-dir at data you trust.
-    with open(path, "rb") as f:
-        batch = pickle.load(f, encoding="bytes")
+    try:
+        with open(path, "rb") as f:
+            batch = _CifarUnpickler(f, encoding="bytes").load()
+    except OSError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever hostile bytes raise: one line naming the file
+        raise TrialError(f"{path}: not a CIFAR-10 python batch ({one_line(exc)})") from None
+    if not isinstance(batch, dict):
+        raise TrialError(f"{path}: a pickle of {type(batch).__name__}, not a CIFAR-10 batch's dict")
     data = batch.get(b"data", batch.get("data"))
     labels = batch.get(b"labels", batch.get("labels"))
     if data is None or labels is None:
         raise TrialError(f"{path}: not a CIFAR-10 batch (no data/labels keys)")
-    data = np.asarray(data, dtype=np.uint8).reshape(-1, _RECORD_PIXELS)
-    labels = np.asarray(labels, dtype=np.int64)
+    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.size == 0 or data.size % _RECORD_PIXELS \
+            or (data.ndim > 1 and data.shape[-1] != _RECORD_PIXELS):
+        what = f"{data.dtype} of shape {data.shape}" if isinstance(data, np.ndarray) else type(data).__name__
+        raise TrialError(f"{path}: data is {what}, not uint8 records of {_RECORD_PIXELS} pixels")
+    data = data.reshape(-1, _RECORD_PIXELS)
+    try:
+        labels = np.asarray(labels)
+    except Exception:  # noqa: BLE001
+        labels = np.asarray([None])
+    if labels.ndim != 1 or labels.dtype.kind not in "iu":
+        raise TrialError(f"{path}: labels are not a list of integers")
+    labels = labels.astype(np.int64)
     if len(labels) != len(data):
         raise TrialError(f"{path}: {len(data)} images but {len(labels)} labels")
+    if len(labels) and (labels.min() < 0 or labels.max() >= NUM_CLASSES):
+        raise TrialError(f"{path}: labels outside 0..{NUM_CLASSES - 1}")
     return data[:want], labels[:want]
 
 

@@ -10,16 +10,22 @@ only on (seed, i): a corpus is the same whatever the worker count, and a larger 
 
     python3 trials/dataload/corpus.py --out DIR --images 1000 [--classes 10] [--seed 0] [--workers N]
 
-Layout: DIR/train/<class>/<i>.jpg (ImageFolder) and DIR/manifest.json (sources, licences, sizes, bytes).
+Layout: DIR/train/<class>/<i>.jpg (ImageFolder) and DIR/manifest.json (sources, licences, and per file its
+size and SHA-256). The corpus is written into a hidden sibling folder and renamed to DIR once whole, under a
+lock (DIR's sibling .DIR.lock): two makes into one DIR cannot mix their files, and an interrupted make leaves
+no DIR. Its pool workers die with it (lifeline.py); SIGINT, SIGTERM and SIGHUP end it and them.
 """
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import io
 import json
 import math
+import multiprocessing
 import os
+import shutil
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -28,8 +34,14 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+import lifeline
+
 MANIFEST = "manifest.json"
 CORPUS_VERSION = 1
+# --workers above this many per core is refused: more processes than that only add memory (~100 MB each) and
+# fork cost, never speed, and a typo (100000) would fork until the OOM killer steps in.
+MAX_WORKERS_PER_CORE = 4
+SKIMAGE_PIP = "pip install scikit-image==0.26.0"
 
 # scikit-image's bundled photographs and the licence each one's docstring gives (skimage 0.2x).
 # Files whose docstring names no licence (moon, page, logo, text-free test charts) are left out.
@@ -65,7 +77,11 @@ def source_dir() -> Path:
     env = os.environ.get(SOURCES_ENV)
     if env:
         return Path(env)
-    import skimage
+    try:
+        import skimage
+    except ImportError:
+        raise SystemExit(f"corpus: scikit-image is not installed (its photographs are the corpus's sources): "
+                         f"{SKIMAGE_PIP}, or set {SOURCES_ENV} to a folder of copies") from None
 
     return Path(skimage.__file__).resolve().parent / "data"
 
@@ -147,8 +163,11 @@ def make_image(sources: list[tuple[str, np.ndarray]], seed: int, index: int) -> 
 _WORKER_SOURCES: list | None = None
 
 
-def _init() -> None:
+def _init(parent: int | None = None) -> None:
     global _WORKER_SOURCES
+    if parent is not None:  # a pool worker: it dies with the make, never finishes a corpus nobody waits for
+        lifeline.die_with_parent(parent)
+        lifeline.worker_signals()
     _WORKER_SOURCES = load_sources()
 
 
@@ -162,17 +181,70 @@ def _make_range(args: tuple[int, int, int, int, str]) -> list[dict]:
         path = Path(out) / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
-        entries.append({"file": rel, "label": label, **entry})
+        entries.append({"file": rel, "label": label, **entry, "sha256": hashlib.sha256(data).hexdigest()})
     return entries
+
+
+def identity(manifest: dict) -> str:
+    """The corpus's content identity: a hash of what its images are (kind, version, seed, count, classes, bytes,
+    and every file's name, label, size and hash where the manifest has it), not of when or how fast it was made.
+    A dataset written from a corpus records it; the host computes the same (kitctl/datarun.py: corpus_identity)
+    and reuses a dataset only for the corpus it was written from."""
+    files = [[f.get("file"), f.get("label"), f.get("bytes"), *([f["sha256"]] if "sha256" in f else [])]
+             for f in manifest.get("files") or []]
+    key = {k: manifest.get(k) for k in ("kind", "corpus_version", "seed", "images", "classes", "bytes")}
+    text = json.dumps({**key, "files": files}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def max_workers() -> int:
+    return MAX_WORKERS_PER_CORE * (os.cpu_count() or 1)
+
+
+def _lock(out: Path):
+    """The make's lock on `out` (an flock on the sibling .<name>.lock, released when the process ends however it
+    ends); SystemExit when another make holds it."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    f = open(out.parent / f".{out.name}.lock", "w")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        raise SystemExit(f"corpus: another `data make` is writing {out}; wait for it or choose another folder") \
+            from None
+    return f
 
 
 def make(out: Path, images: int, classes: int = 10, seed: int = 0, workers: int | None = None) -> dict:
     """Write the corpus and its manifest; returns the manifest."""
     if images <= 0 or classes <= 0:
         raise SystemExit("corpus: --images and --classes must be > 0")
-    if (out / MANIFEST).exists():
-        raise SystemExit(f"corpus: {out} already holds a corpus ({MANIFEST}); choose an empty folder")
-    out.mkdir(parents=True, exist_ok=True)
+    if workers is not None and not 0 < workers <= max_workers():
+        raise SystemExit(f"corpus: --workers {workers} is outside 1..{max_workers()} ({MAX_WORKERS_PER_CORE} per core "
+                         f"of this host's {os.cpu_count()})")
+    lock = _lock(out)
+    try:
+        if (out / MANIFEST).exists():
+            raise SystemExit(f"corpus: {out} already holds a corpus ({MANIFEST}); choose an empty folder")
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise SystemExit(f"corpus: {out} exists and is not an empty folder; choose a new one")
+        load_sources()  # a missing scikit-image is one line now, not a broken pool later
+        for stale in out.parent.glob(f".{out.name}.making-*"):  # left by a killed make (we hold the lock)
+            shutil.rmtree(stale, ignore_errors=True)
+        work = out.parent / f".{out.name}.making-{os.getpid()}"
+        try:
+            manifest = _make(work, images, classes, seed, workers)
+            os.rename(work, out)  # replaces an empty `out`; a non-empty one was refused above
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+        return manifest
+    finally:
+        lock.close()
+
+
+def _make(out: Path, images: int, classes: int, seed: int, workers: int | None) -> dict:
+    out.mkdir(parents=True)
     workers = max(1, workers or os.cpu_count() or 1)
     t0 = time.perf_counter()
     chunk = max(1, min(500, math.ceil(images / (workers * 4))))
@@ -183,9 +255,16 @@ def make(out: Path, images: int, classes: int = 10, seed: int = 0, workers: int 
         for job in jobs:
             entries += _make_range(job)
     else:
-        with ProcessPoolExecutor(workers, initializer=_init) as pool:
+        pool = ProcessPoolExecutor(workers, initializer=_init, initargs=(os.getpid(),))
+        try:
             for part in pool.map(_make_range, jobs):
                 entries += part
+        except BaseException:  # a signal or a failure: the workers end now, not after their queued chunks
+            for child in multiprocessing.active_children():
+                child.kill()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
     seconds = time.perf_counter() - t0
     used = sorted({e["source"] for e in entries})
     sizes = np.array([max(e["width"], e["height"]) for e in entries])
@@ -202,9 +281,8 @@ def make(out: Path, images: int, classes: int = 10, seed: int = 0, workers: int 
         "make_seconds": seconds, "make_workers": workers,
         "files": entries,
     }
-    tmp = out / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=1))
-    os.replace(tmp, out / MANIFEST)
+    manifest["identity"] = identity(manifest)
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=1))
     return manifest
 
 
@@ -221,7 +299,14 @@ def read_manifest(corpus: Path) -> dict:
     path = Path(corpus) / MANIFEST
     if not path.is_file():
         raise SystemExit(f"{corpus}: not a corpus (no {MANIFEST}; make one with `kitctl data make`)")
-    return json.loads(path.read_text())
+    try:
+        manifest = json.loads(path.read_text())
+    except (ValueError, OSError) as exc:  # truncated, not UTF-8, unreadable: one line naming the file
+        raise ValueError(f"{path}: not a readable corpus manifest ({' '.join(str(exc).split())[:120]})") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), list) \
+            or not isinstance(manifest.get("images"), int):
+        raise ValueError(f"{path}: not a corpus manifest (no images/files); make the corpus again with `kitctl data make`")
+    return manifest
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -232,7 +317,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int, default=None)
     a = p.parse_args(argv)
-    m = make(a.out, a.images, a.classes, a.seed, a.workers)
+    lifeline.stop_on_signals()
+    try:
+        m = make(a.out, a.images, a.classes, a.seed, a.workers)
+    except (KeyboardInterrupt, lifeline.Stop) as exc:
+        raise SystemExit(f"corpus: interrupted ({exc or 'SIGINT'}); nothing written at {a.out}") from None
     summary = {k: v for k, v in m.items() if k != "files"}
     print(json.dumps(summary))
     return 0

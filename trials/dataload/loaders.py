@@ -17,7 +17,9 @@ PIL bilinear resize (what torchvision does on a PIL image); results record which
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
+import os
 import random
 import threading
 from pathlib import Path
@@ -25,6 +27,8 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 from PIL import Image
+
+import lifeline
 
 CROP = 224
 SCALE = (0.08, 1.0)
@@ -76,8 +80,13 @@ class KitTransform:
         return torch.from_numpy(np.asarray(img, dtype=np.uint8).copy()).permute(2, 0, 1)
 
 
-def _worker_seed(worker_id: int) -> None:
+def _worker_seed(worker_id: int, parent: int | None = None) -> None:
+    """A torch loader worker's start: it dies with the trial (torch's own watchdog notices a dead parent only
+    seconds later), and its Python RNG is seeded from torch's per-worker seed."""
     import torch
+
+    if parent is not None:
+        lifeline.die_with_parent(parent)
 
     random.seed(torch.initial_seed() % (1 << 32))
 
@@ -201,7 +210,7 @@ def _torch_folder(root, batch, workers, seed):
     ds, ds_impl = _folder_dataset(root, tf)
     g = torch.Generator().manual_seed(seed)
     dl = DataLoader(ds, batch_size=batch, shuffle=True, num_workers=workers, persistent_workers=workers > 0,
-                    worker_init_fn=_worker_seed, generator=g)
+                    worker_init_fn=functools.partial(_worker_seed, parent=os.getpid()), generator=g)
     return Built(lambda: iter(dl), f"{ds_impl}; {tf_impl}; torch.utils.data.DataLoader", "NCHW")
 
 
@@ -221,7 +230,7 @@ def _webdataset(root, batch, workers, seed):
           .shuffle(1000).decode("pil").to_tuple("jpg;npy", "cls").map_tuple(lambda x: tf(to_image(x)), int)
           .batched(batch, partial=True))
     dl = wds.WebLoader(ds, batch_size=None, num_workers=workers, persistent_workers=workers > 0,
-                       worker_init_fn=_worker_seed)
+                       worker_init_fn=functools.partial(_worker_seed, parent=os.getpid()))
     return Built(lambda: iter(dl), f"webdataset {wds.__version__} WebDataset+WebLoader; {tf_impl}", "NCHW",
                  "batched in each worker (a worker's last batch may be partial); shard shuffle + 1,000-sample buffer")
 
@@ -385,6 +394,7 @@ def _nvjpeg(root, batch, workers, seed):
     samples = folder_samples(root)
     dl = DataLoader(_NvjpegItems(samples), batch_size=batch, shuffle=True, num_workers=workers,
                     persistent_workers=workers > 0, collate_fn=nvjpeg_pack, pin_memory=True,
+                    worker_init_fn=functools.partial(lifeline.torch_worker, parent=os.getpid()),
                     generator=torch.Generator().manual_seed(seed))
     rng = random.Random(seed)
     dev = torch.device("cuda")

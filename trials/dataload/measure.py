@@ -214,10 +214,22 @@ def source_preparer(built, files: list[Path], source: str) -> Prepare:
 
 
 def dataset_info(root: Path) -> dict:
+    """The dataset's record, checked against the files there (sizes; docs/data-trust.md): a half-written, truncated
+    or changed dataset is one line naming its folder, before any loader reads it."""
+    import writers
+
     path = root / "dataset.json"
     if not path.is_file():
         raise kittrial.TrialError(f"{root}: no dataset.json (write the dataset with datasize --keep)")
-    return json.loads(path.read_text())
+    try:
+        info = json.loads(path.read_text())
+        if not isinstance(info, dict) or not {"format", "images"} <= set(info):
+            raise ValueError("not a dataset record")
+        writers.check_files(root, info)
+    except (ValueError, OSError, KeyError, TypeError) as exc:
+        text = " ".join(str(exc).split())
+        raise kittrial.TrialError(text if str(root) in text else f"dataset {root}: {text}") from None
+    return info
 
 
 def measure_loader(loader: str, root: Path, batch: int, workers: int, source: str, seed: int,
@@ -234,6 +246,9 @@ def measure_loader(loader: str, root: Path, batch: int, workers: int, source: st
     built = loaders.build(loader, root, batch, workers, source, seed)
     build_s = time.perf_counter() - t0
     files = loaders.data_files(fmt, root)
-    out = measure(built, source_preparer(built, files, source), rule, source, batch, info["images"], loader)
+    try:
+        out = measure(built, source_preparer(built, files, source), rule, source, batch, info["images"], loader)
+    except kittrial.TrialError as exc:  # "gave 20 images of 40": which dataset
+        raise kittrial.TrialError(f"{exc} (dataset {root})") from None
     out["build_seconds"] = build_s
     return built, out

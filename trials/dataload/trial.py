@@ -76,6 +76,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", type=_positive, default=os.cpu_count() or 1)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--keep", action="store_true", help="keep the dataset (default: measure, then delete)")
+    s.add_argument("--verify", action="store_true", help="check every corpus image's SHA-256 against the manifest")
     d = sub.add_parser("dataload")
     d.add_argument("--loader", required=True, choices=loaders.LOADERS)
     d.add_argument("--dataset", required=True, type=Path)
@@ -110,11 +111,12 @@ def datasize(a, result: dict) -> None:
     import corpus
     import writers
 
-    manifest = corpus.read_manifest(a.corpus)
     try:
-        info = writers.write(a.corpus, manifest, a.out, a.format, a.encoding, a.side, a.limit, a.workers, a.seed)
-    except (writers.UnreadableImage, writers.WriterDied) as exc:  # one line: the file, or the worker that died
-        raise kittrial.TrialError(str(exc)) from None
+        manifest = corpus.read_manifest(a.corpus)
+        info = writers.write(a.corpus, manifest, a.out, a.format, a.encoding, a.side, a.limit, a.workers, a.seed,
+                             a.verify)
+    except (writers.UnreadableImage, writers.WriterDied, ValueError) as exc:  # one line: the file, or the worker
+        raise kittrial.TrialError(" ".join(str(exc).split())) from None
     result.update(info)
     if not a.keep:
         shutil.rmtree(a.out, ignore_errors=True)
@@ -158,6 +160,18 @@ def train(a, result: dict) -> None:
                   a.seed, result, rule)
 
 
+def error_line(exc: BaseException) -> str:
+    """The result's one-line error. A loader worker's failure arrives as torch's re-raised exception, whose message
+    is "Caught X in DataLoader worker process N." and the worker's whole traceback: one line of it, joined and cut,
+    loses the file name at its end. So: the worker and the traceback's last line (the exception, naming the file)."""
+    text = str(exc)
+    if "Original Traceback" in text:
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        head = lines[0].rstrip(".") if lines else type(exc).__name__
+        return " ".join(f"{head}: {lines[-1] if lines else ''}".split())[:kittrial.MAX_ERROR_CHARS]
+    return kittrial.one_line(exc)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser()
     try:
@@ -184,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - every failure becomes a result line
         traceback.print_exc(file=sys.stderr)
         result["status"] = "error"
-        result["error"] = kittrial.one_line(exc)
+        result["error"] = error_line(exc)
     kittrial.emit(result)
     return 0 if result["status"] == "ok" else 1
 

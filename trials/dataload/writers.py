@@ -17,6 +17,7 @@ image x 1,281,167.
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import math
@@ -29,6 +30,9 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
+
+import corpus as corpus_mod
+import lifeline
 
 IMAGENET_TRAIN_IMAGES = 1_281_167
 # Derived from FFCV's published size table (its Mix column matches ~0.75 at every side); not documented
@@ -98,7 +102,10 @@ def encode(pixels: np.ndarray, as_jpeg: bool, quality: int | None) -> tuple[byte
 _JOB: dict = {}
 
 
-def _init_job(job: dict) -> None:
+def _init_job(job: dict, parent: int | None = None) -> None:
+    if parent is not None:  # a pool worker: it dies with the writer (a killed trial leaves none encoding on)
+        lifeline.die_with_parent(parent)
+        lifeline.worker_signals()
     _JOB.clear()
     _JOB.update(job)
 
@@ -124,7 +131,7 @@ def _encoded(corpus: Path, files: list[dict], side: int, mode: str, quality: int
         for r in ranges:
             yield from _encode_range(r)
         return
-    pool = ProcessPoolExecutor(workers, initializer=_init_job, initargs=(job,))
+    pool = ProcessPoolExecutor(workers, initializer=_init_job, initargs=(job, os.getpid()))
     try:
         for part in pool.map(_encode_range, ranges):
             yield from part
@@ -138,7 +145,7 @@ def shard_count(images: int) -> int:
 
 
 def write(corpus: Path, manifest: dict, out: Path, fmt: str, encoding: str, side: int, limit: int | None = None,
-          workers: int = 1, seed: int = 0) -> dict:
+          workers: int = 1, seed: int = 0, verify: bool = False) -> dict:
     """Write one dataset under `out` (must not exist); returns its size record (also saved as dataset.json).
 
     It is written into a hidden sibling folder and renamed to `out` once complete, so `out` exists only whole: a
@@ -150,10 +157,17 @@ def write(corpus: Path, manifest: dict, out: Path, fmt: str, encoding: str, side
         raise ValueError(f"{out} exists; a dataset is written into a new folder")
     files = manifest["files"][:limit] if limit else manifest["files"]
     # Checked up front, for every format alike (an image that exists but does not decode fails the write
-    # as it is met: UnreadableImage, naming the file; for ffcv see _Prepared).
+    # as it is met: UnreadableImage, naming the file; for ffcv see _Prepared). Sizes always; hashes on `verify`.
     missing = [e["file"] for e in files if not (corpus / e["file"]).is_file()]
     if missing:
-        raise ValueError(f"the corpus lacks {len(missing)} of its manifest's images, e.g. {missing[0]}")
+        raise ValueError(f"the corpus {corpus} lacks {len(missing)} of its manifest's images, e.g. {missing[0]}")
+    for e in files:
+        size = (corpus / e["file"]).stat().st_size
+        if isinstance(e.get("bytes"), int) and size != e["bytes"]:
+            raise ValueError(f"corpus image {corpus / e['file']} is {size:,} bytes, its manifest says {e['bytes']:,} "
+                             "(changed or half-written since the corpus was made)")
+        if verify and e.get("sha256") and hashlib.sha256((corpus / e["file"]).read_bytes()).hexdigest() != e["sha256"]:
+            raise ValueError(f"corpus image {corpus / e['file']} does not match its manifest's SHA-256")
     out.parent.mkdir(parents=True, exist_ok=True)
     for stale in out.parent.glob(f".{out.name}.writing-*"):
         shutil.rmtree(stale, ignore_errors=True)
@@ -189,10 +203,37 @@ def _write(corpus: Path, manifest: dict, out: Path, fmt: str, encoding: str, sid
         "imagenet_equivalent_gb": {"payload": payload / n * IMAGENET_TRAIN_IMAGES / 1e9,
                                    "file": file_bytes / n * IMAGENET_TRAIN_IMAGES / 1e9},
         "write_seconds": seconds, "write_workers": workers,
-        "corpus": {"images": manifest["images"], "seed": manifest["seed"], "bytes": manifest["bytes"]},
+        "corpus": {"images": manifest["images"], "seed": manifest["seed"], "bytes": manifest["bytes"],
+                   "identity": corpus_mod.identity(manifest)},
+        # Every data file with its size and SHA-256 (after the timed write): a reader checks the sizes before it
+        # reads (a half-written or changed dataset is refused, naming the folder), `kitctl data verify` the hashes.
+        "file_list": [{"path": str(p.relative_to(out)), "bytes": p.stat().st_size, "sha256": _sha256(p)}
+                      for p in data_files],
     }
     (out / DATASET_INFO).write_text(json.dumps(info, indent=1))
     return info
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def check_files(root: Path, info: dict, hashes: bool = False) -> None:
+    """The dataset at `root` is the one its dataset.json describes: every listed file there at its size (`hashes`:
+    and SHA-256). ValueError naming the folder and the file otherwise. A dataset.json without a file list (written
+    before the list) is not checked."""
+    for f in info.get("file_list") or []:
+        path = root / f["path"]
+        size = path.stat().st_size if path.is_file() else None
+        if size != f["bytes"]:
+            raise ValueError(f"dataset {root}: {f['path']} is {'missing' if size is None else f'{size:,} bytes'}, "
+                             f"its dataset.json says {f['bytes']:,} (half-written or changed); write it again")
+        if hashes and _sha256(path) != f["sha256"]:
+            raise ValueError(f"dataset {root}: {f['path']} does not match its SHA-256 in dataset.json")
 
 
 def _write_files(corpus, files, out, fmt, side, mode, quality, seed, workers):
@@ -241,6 +282,8 @@ class _Prepared:
         # The first failure, UTF-8; empty: none. Inherited by ffcv's worker processes (a Process argument).
         self.failure = multiprocessing.Array(ctypes.c_char, self.MESSAGE_BYTES)
         self.kill_at = _fault_kill_at()
+        self.parent = os.getpid()  # ffcv's worker processes die with the writer (armed at their first sample)
+        self._armed: int | None = None
 
     def __len__(self) -> int:
         return len(self.files)
@@ -249,6 +292,9 @@ class _Prepared:
         return self.failure.value.decode(errors="replace") or None
 
     def __getitem__(self, i: int):
+        if self._armed != os.getpid() and os.getpid() != self.parent:
+            lifeline.die_with_parent(self.parent)
+            self._armed = os.getpid()
         label = self.files[i]["label"]
         if i == self.kill_at:
             os.kill(os.getpid(), signal.SIGKILL)

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import Fail
-from ...datarun import DATA_ENCODINGS, LOADER_FORMAT, ReadCap, block_device, check_corpus, parse_ints, parse_names
+from ...datarun import DATA_ENCODINGS, LOADER_FORMAT, ReadCap, block_device, check_corpus, check_data_dir, \
+    check_workers, corpus_images, parse_ints, parse_names
 
 LOADERS = ("pytorch-dataloader", "webdataset", "ffcv", "pytorch-nvjpeg", "dali-cpu", "dali-gpu")
 FORMAT_OF, ENCODINGS = LOADER_FORMAT, DATA_ENCODINGS  # which format each loader reads; what a dataset can hold
@@ -70,11 +71,16 @@ class DataloadConfig:
                 raise Fail("--read-mbps caps reads from storage, and a RAM source reads the page cache: "
                            "add --source cold")
         cfg = cls(str(c), ddir, parse_names("--loaders", loaders, LOADERS),
-                  parse_ints("--workers", workers, 1, all_value=os.cpu_count() or 1),
+                  check_workers("--workers", parse_ints("--workers", workers, 1, all_value=os.cpu_count() or 1)),
                   srcs, parse_names("--encoding", encodings, ENCODINGS),
                   parse_ints("--side", sides, 32), runs, epochs, batch, limit, float(timeout or 1800), py, runtime,
                   image_tag, float(read_mbps) if read_mbps is not None else None)
         cfg.read_cap()  # a data dir on no block device is refused here, before anything runs
+        n = corpus_images(str(c), limit)
+        if batch > n:
+            raise Fail(f"--batch {batch} is more than the {n} images of an epoch (the corpus"
+                       + (f", --limit {limit}" if limit else "") + "); an epoch would be one partial batch")
+        check_data_dir(cfg.data_dir, cfg.corpus, cfg.limit, cfg.datasets())
         return cfg
 
     def read_cap(self) -> ReadCap | None:

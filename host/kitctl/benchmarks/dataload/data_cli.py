@@ -3,6 +3,8 @@ dataload read, made by the trial's interpreter (it needs numpy, pillow, scikit-i
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -10,8 +12,12 @@ from typing import Optional
 
 import typer
 
+from ...core import signals
 from ...core.paths import kit_root
-from ...errors import EXIT_USAGE, err
+from ...errors import EXIT_INTERRUPTED, EXIT_USAGE, err
+
+# The corpus maker's own cap (trials/dataload/corpus.py: MAX_WORKERS_PER_CORE), checked here before it starts.
+MAX_WORKERS_PER_CORE = 4
 
 data_app = typer.Typer(no_args_is_help=True, help="Datasets for the data-loading benchmarks.")
 
@@ -30,20 +36,95 @@ def make(
     if images <= 0 or classes <= 0 or (workers is not None and workers <= 0):
         err.print("kitctl: --images, --classes and --workers must be > 0")
         raise typer.Exit(EXIT_USAGE)
+    cap = MAX_WORKERS_PER_CORE * (os.cpu_count() or 1)
+    if workers is not None and workers > cap:
+        err.print(f"kitctl: --workers {workers} is more than {cap} ({MAX_WORKERS_PER_CORE} per core of this host's "
+                  f"{os.cpu_count()}); more processes add memory, not speed")
+        raise typer.Exit(EXIT_USAGE)
     if (out / "manifest.json").exists():
         err.print(f"kitctl: {out} already holds a corpus; choose a new folder")
+        raise typer.Exit(EXIT_USAGE)
+    parent = out.expanduser().absolute().parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        err.print(f"kitctl: --out {out}: {parent} is not a writable folder")
         raise typer.Exit(EXIT_USAGE)
     argv = [python or sys.executable, str(kit_root() / "trials" / "dataload" / "corpus.py"), "--out", str(out),
             "--images", str(images), "--classes", str(classes), "--seed", str(seed)]
     if workers:
         argv += ["--workers", str(workers)]
-    proc = subprocess.run(argv, capture_output=True, text=True)
+    from ...runtimes.local import _preexec
+
+    # Its own session (a terminal's Ctrl-C reaches kitctl alone, which ends the make in order) and the trials'
+    # parent-death signal: a `kill -9` of kitctl ends the maker, and its pool workers die with it (lifeline.py).
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                text=True, errors="replace", start_new_session=True, preexec_fn=_preexec(None))
+    except OSError as exc:
+        err.print(f"kitctl: --python {argv[0]}: cannot start it ({exc.strerror or exc})")
+        raise typer.Exit(EXIT_USAGE) from None
+    try:
+        out_text, err_text = proc.communicate()
+    except signals.Interrupted as exc:
+        _stop(proc)
+        err.print(f"kitctl: data make interrupted ({exc}); nothing written at {out}")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except BaseException:
+        _stop(proc)
+        raise
     if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+        last = (err_text.strip().splitlines() or ["no message"])[-1]
         err.print(f"kitctl: data make failed: {last}")
         raise typer.Exit(EXIT_USAGE)
-    m = json.loads(proc.stdout.strip().splitlines()[-1])
+    m = json.loads(out_text.strip().splitlines()[-1])
     typer.echo(f"{out}: {m['images']:,} images in {m['classes']} classes from {len(m['sources'])} licensed "
                f"photographs, {m['bytes'] / 1e6:,.1f} MB ({m['bytes_per_image'] / 1e3:,.1f} KB/image), long side "
                f"median {m['long_side_px']['median']:.0f} px, {m['long_side_px']['share_over_1000']:.1%} over 1,000 px; "
                f"{m['make_seconds']:.1f} s on {m['make_workers']} processes")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """End the maker's whole session: SIGTERM first (it removes its half-written folder and kills its pool), then
+    SIGKILL for whatever is left after 10 s. A second signal meanwhile changes nothing (kitctl is ending)."""
+    signals.stop_interrupting()
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        pass
+    except ProcessLookupError:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+@data_app.command("verify")
+def verify(
+    path: Path = typer.Argument(..., help="A corpus (manifest.json) or a dataset folder (dataset.json)."),
+) -> None:
+    """Check every file of a corpus or a dataset against its record: present, of its recorded size and SHA-256 (the
+    benchmarks check sizes before every read; this reads every byte). Exit 0 when all match, 1 when not."""
+    from ...datarun import verify_corpus, verify_dataset
+    from ...errors import EXIT_INCOMPLETE, Fail
+
+    try:
+        if (path / "manifest.json").is_file():
+            what, why = "corpus", verify_corpus(path)
+        elif (path / "dataset.json").is_file():
+            what, why = "dataset", verify_dataset(path, None, hashes=True)
+        else:
+            raise Fail(f"{path}: neither a corpus (manifest.json) nor a dataset (dataset.json)")
+    except Fail as exc:
+        err.print(f"kitctl: {exc}")
+        raise typer.Exit(EXIT_USAGE) from None
+    except OSError as exc:
+        err.print(f"kitctl: {path}: cannot be read ({exc.strerror or exc})")
+        raise typer.Exit(EXIT_USAGE) from None
+    if why:
+        err.print(f"kitctl: {why}")
+        raise typer.Exit(EXIT_INCOMPLETE)
+    typer.echo(f"{path}: the {what}'s every file matches its recorded size and SHA-256")

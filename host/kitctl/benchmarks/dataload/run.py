@@ -6,7 +6,8 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from ...core.stats import summarize
-from ...datarun import GPU_LOADERS, Where, corpus_images, dataset_dir, prepare_datasets, run_on_dataset, save
+from ...datarun import GPU_LOADERS, Where, corpus_images, corpus_key, dataset_dir, prepare_datasets, run_on_dataset, \
+    save
 from .config import FORMAT_OF, DataloadConfig
 from .table import source_label
 
@@ -52,6 +53,7 @@ def run(cfg: DataloadConfig, store, doc: dict[str, Any], note: Callable[[str], N
     problems = prepare(cfg, where, doc, note)
     save(store, doc)
     n = corpus_images(cfg.corpus, cfg.limit)
+    corpus_id = corpus_key(cfg.corpus)
     for key in cfg.cells():
         loader, enc, side, source, workers = key
         cell = find(doc, key)
@@ -69,7 +71,7 @@ def run(cfg: DataloadConfig, store, doc: dict[str, Any], note: Callable[[str], N
         why = problems.get((fmt, enc, side))
         while why is None and len(cell["runs"]) < cfg.runs:
             i = len(cell["runs"]) + 1
-            ds = dataset_dir(cfg.data_dir, n, fmt, enc, side)
+            ds = dataset_dir(cfg.data_dir, n, fmt, enc, side, corpus_id)
             flags = ["--workers", str(workers), "--source", source, "--batch", str(cfg.batch), "--epochs",
                      str(cfg.epochs)]
             tr = run_on_dataset(where, "dataload", cfg.image(loader), ["dataload", "--loader", loader, *flags], ds,

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import Fail
-from ...datarun import check_corpus, parse_ints, parse_names
+from ...datarun import check_corpus, check_workers, parse_ints, parse_names
 
 # The trial's vocabulary (trials/dataload/writers.py): the host never imports the trial.
 FORMATS = ("folder", "webdataset", "ffcv")
@@ -42,6 +42,7 @@ class DatasizeConfig:
             raise Fail(f"--limit must be > 0 (got {limit})")
         if workers <= 0:
             raise Fail(f"--workers must be > 0 (got {workers})")
+        check_workers("--workers", (workers,))
         if timeout is not None and timeout <= 0:
             raise Fail(f"--timeout must be > 0 (got {timeout})")
         py = python or sys.executable

@@ -10,8 +10,8 @@ from typing import Any
 
 from ...datarun import DATA_ENCODINGS as ENCODINGS
 from ...datarun import LOADER_FORMAT as FORMAT_OF
-from ...datarun import LOADER_IMAGE, TORCH_IMAGES, check_corpus, loader_image, loader_runtime, parse_ints, \
-    parse_names
+from ...datarun import LOADER_IMAGE, TORCH_IMAGES, check_corpus, check_data_dir, check_workers, corpus_images, \
+    detect_gpu, loader_image, loader_runtime, parse_ints, parse_names
 from ...errors import Fail
 
 # dali-gpu's batches stay in DALI's GPU tensors (no hand-off to torch in the trial yet)
@@ -20,6 +20,7 @@ MODELS = ("resnet50", "resnet18")
 PRECISIONS = ("auto", "bf16", "fp32")
 DEVICES = ("auto", "cpu", "cuda")
 CI_LEVEL = 0.95
+MIN_SIDE = 32  # the dataset writers' smallest max side (trials/dataload/writers.py: check)
 # --runtime docker: the image each loader trains in (the training step needs torch: loader-dali has none, so
 # dali-cpu is refused there; synthetic needs no loader and runs in the torch image).
 TRAIN_IMAGE = {"synthetic": "torch", **{ld: im for ld, im in LOADER_IMAGE.items() if im in TORCH_IMAGES}}
@@ -90,13 +91,25 @@ class TrainE2EConfig:
                 raise Fail("--runtime docker --device cuda: the loader images are CPU builds and their containers "
                            "get no GPU yet; use --runtime local on a GPU")
         model_names = parse_names("--model", models, MODELS)
-        ws = parse_ints("--workers", workers, 1, all_value=os.cpu_count() or 1)
+        ws = check_workers("--workers", parse_ints("--workers", workers, 1, all_value=os.cpu_count() or 1))
         if len(ws) != 1:
             raise Fail(f"--workers: one number or all (got {workers!r}); the workers sweep is dataload's")
+        if side < MIN_SIDE:
+            raise Fail(f"--side {side}: a dataset's max side is at least {MIN_SIDE} px (the loaders crop 224 px "
+                       "from it, upscaling what is smaller)")
+        if device == "cuda" and runtime == "local" and detect_gpu() is None:
+            raise Fail("--device cuda: NVML finds no GPU on this host; use --device cpu (or auto)")
         c = check_corpus(corpus)
-        return cls(str(c), str(Path(data_dir).expanduser().resolve()) if data_dir else str(c.parent / "datasets"),
-                   names, model_names, precision, device, ws[0], encoding, int(side), batch, warmup, steps, runs,
-                   limit, float(timeout or 900), py, runtime, image_tag)
+        n = corpus_images(str(c), limit)
+        if len(names) > 1 and steps * batch > n:
+            raise Fail(f"--steps {steps} x --batch {batch} = {steps * batch:,} images is more than one epoch of the "
+                       f"corpus ({n:,} images" + (f", --limit {limit}" if limit else "") + "); lower --steps or "
+                       "--batch, or make a larger corpus")
+        cfg = cls(str(c), str(Path(data_dir).expanduser().resolve()) if data_dir else str(c.parent / "datasets"),
+                  names, model_names, precision, device, ws[0], encoding, int(side), batch, warmup, steps, runs,
+                  limit, float(timeout or 900), py, runtime, image_tag)
+        check_data_dir(cfg.data_dir, cfg.corpus, cfg.limit, cfg.datasets())
+        return cfg
 
     @classmethod
     def from_json(cls, r: dict[str, Any]) -> TrainE2EConfig:

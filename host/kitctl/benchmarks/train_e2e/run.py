@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 from ...core.stats import summarize
 from ...datarun import LOADER_FORMAT as FORMAT_OF
-from ...datarun import Where, corpus_images, dataset_dir, prepare_datasets, run_on_dataset, save
+from ...datarun import Where, corpus_images, corpus_key, dataset_dir, prepare_datasets, run_on_dataset, save
 from .config import TrainE2EConfig
 
 FIGURES = ("train_images_per_second", "loader_images_per_second", "busy_fraction", "data_wait_fraction",
@@ -44,6 +44,7 @@ def run(cfg: TrainE2EConfig, store, doc: dict[str, Any], note: Callable[[str], N
                                 doc, note)
     save(store, doc)
     n = corpus_images(cfg.corpus, cfg.limit)
+    corpus_id = corpus_key(cfg.corpus)
     for key in cfg.cells():
         model, loader = key
         cell = find(doc, key)
@@ -62,7 +63,7 @@ def run(cfg: TrainE2EConfig, store, doc: dict[str, Any], note: Callable[[str], N
         if loader != "synthetic":
             fmt = FORMAT_OF[loader]
             why = problems.get((fmt, cfg.encoding, cfg.side))
-            ds = dataset_dir(cfg.data_dir, n, fmt, cfg.encoding, cfg.side)
+            ds = dataset_dir(cfg.data_dir, n, fmt, cfg.encoding, cfg.side, corpus_id)
         while why is None and len(cell["runs"]) < cfg.runs:
             i = len(cell["runs"]) + 1
             tr = run_on_dataset(where, "train-e2e", cfg.image(loader), argv, ds, cfg.timeout_s)
