@@ -21,12 +21,12 @@ def dataload(
     encoding: str = typer.Option("jpeg90", help="Comma list: jpeg50, jpeg90, jpeg100, mix90, raw."),
     side: str = typer.Option("256", help="Max side(s) in px of the dataset."),
     runs: int = typer.Option(5, help="Fresh processes per cell (median and interval over them)."),
-    window_images: int = typer.Option(WINDOW_IMAGES, help="Time whole epochs (after one warm-up epoch) until the window "
-                                      "holds at least N images ..."),
+    window_images: int = typer.Option(WINDOW_IMAGES, help="Time whole epochs (after one warm-up epoch) until the "
+                                      "window holds at least N images ..."),
     window_seconds: float = typer.Option(WINDOW_SECONDS, help="... and lasts at least S seconds (the steady rate; the "
                                          "loader's start-up is reported apart)."),
-    steady_tolerance: float = typer.Option(STEADY_TOLERANCE, help="A run is steady when its window's first and second half of "
-                                           "batches differ by at most this fraction."),
+    steady_tolerance: float = typer.Option(STEADY_TOLERANCE, help="A run is steady when its window's first and "
+                                           "second half of batches differ by at most this fraction."),
     epochs: Optional[int] = typer.Option(None, help="A third minimum of the window: at least N timed epochs."),
     batch: int = typer.Option(256, help="Batch size."),
     corpus: str = typer.Option("data/corpus", help="A corpus made by `kitctl data make`."),

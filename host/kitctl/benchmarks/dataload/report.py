@@ -126,8 +126,8 @@ def _window_speed_rule(c: dict[str, Any]) -> str:
     return (f"batch {c['batch']}; one warm-up epoch, its time to the first batch the loader's start-up (the "
             f"start-up s column, not in images/s); then {c['window_rule']}; images/s = the window's images ÷ its "
             f"wall time (the steady rate); steady when every run's first and second half of batches agree within "
-            f"{c['steady_tolerance']:.0%} and the interval spans at most {MAX_INTERVAL_SPREAD:.0%} of the median; {runs}, each a fresh "
-            f"process; median and a distribution-free interval of the median")
+            f"{c['steady_tolerance']:.0%} and the interval spans at most {MAX_INTERVAL_SPREAD:.0%} of the median; "
+            f"{runs}, each a fresh process; median and a distribution-free interval of the median")
 
 
 def _label(c: dict[str, Any]) -> str:
