@@ -123,9 +123,9 @@ def _window_speed_rule(c: dict[str, Any]) -> str:
     from ..throughput.config import MAX_INTERVAL_SPREAD
 
     runs = f"{c['runs']} run{'s' if c['runs'] != 1 else ''} per cell"
-    return (f"batch {c['batch']}; one warm-up epoch, its time to the first batch the loader's start-up (the "
-            f"start-up s column, not in images/s); then {c['window_rule']}; images/s = the window's images ÷ its "
-            f"wall time (the steady rate); steady when every run's first and second half of batches agree within "
+    return (f"batch {c['batch']}; the warm-up epoch's time to its first batch is the loader's start-up (the "
+            f"start-up s column, not in images/s); the window: {c['window_rule']}; images/s = the window's images "
+            f"÷ its wall time (the steady rate); steady when every run's first and second half of batches agree within "
             f"{c['steady_tolerance']:.0%} and the interval spans at most {MAX_INTERVAL_SPREAD:.0%} of the median; "
             f"{runs}, each a fresh process; median and a distribution-free interval of the median")
 

@@ -63,8 +63,8 @@ def measured(doc: dict[str, Any]) -> list[list[str]]:
 def _window_speed_rule(c: dict[str, Any]) -> str:
     runs = f"{c['runs']} run{'s' if c['runs'] != 1 else ''} per cell"
     return (f"batch {c['batch']}, {c['workers']} loader workers. First the loader alone, before any training: "
-            f"dataload's measurement (source ram): one warm-up epoch, its time to the first batch the loader's "
-            f"start-up (the loader start-up s column), then {c['window_rule']}; the loader's images/s = the "
+            f"dataload's measurement (source ram): the warm-up epoch's time to its first batch is the loader's "
+            f"start-up (the loader start-up s column); the window: {c['window_rule']}; the loader's images/s = the "
             f"window's images ÷ its wall time, steady when the window's halves agree within "
             f"{c['steady_tolerance']:.0%}. Then training: {c['warmup']} warm-up steps, then as many batches as the "
             f"loader can have read ahead dropped (2 × workers + 6), then {c['steps']} timed steps: training "
