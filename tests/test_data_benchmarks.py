@@ -111,7 +111,7 @@ def test_dataload_runs_cells_and_reports_with_a_plot(corpus, tmp_path):
     res = tmp_path / "results"
     p = kitctl("run", "dataload", "--corpus", corpus, "--data-dir", tmp_path / "ds", "--loaders",
                "pytorch-dataloader", "--workers", "1,2", "--source", "ram", "--runs", 2, "--epochs", 1,
-               "--batch", 8, "--results-dir", res)
+               "--window-images", 1, "--window-seconds", 0.01, "--batch", 8, "--results-dir", res)
     assert p.returncode == 0, p.stderr + p.stdout
     [final] = finals(res, "dataload")
     doc = load(final)
@@ -131,8 +131,20 @@ def test_dataload_runs_cells_and_reports_with_a_plot(corpus, tmp_path):
     md = out.read_text()
     assert "Data loading" in md and "pytorch-dataloader" in md and "decode -> RandomResizedCrop 224" in md
     assert list((tmp_path / "plots").glob("*-workers.png"))
-    # Three batches an epoch: the caveat names the cells whose first batch took >= 20% of a timed epoch, and
-    # only those (whichever they were on this machine).
+    # Under the window rule the start-up is the warm-up epoch's, reported apart: no short-epochs caveat.
+    assert "Start-up inside short epochs" not in md and "| start-up s |" in md
+    # The same runs read as an artifact from before the rule (no window rule recorded): the caveat names the cells
+    # whose first batch took >= 20% of a timed epoch (three batches an epoch), and only those.
+    old = json.loads(final.read_text())
+    for k in ("window_images", "window_seconds", "steady_tolerance", "window_rule"):
+        del old["configuration"][k]
+    old["configuration"]["epochs"] = 1
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / final.name).write_text(json.dumps(old))
+    p = kitctl("report", tmp_path / "old" / final.name, "--out", out)
+    assert p.returncode == 0, p.stderr
+    md = out.read_text()
+    assert "| start-up s |" not in md
     short = {c["workers"] for c in doc["results"]
              if max(e["first_batch_seconds"] / e["seconds"] for r in c["runs"] for e in r["epochs"]) >= 0.2}
     assert ("Start-up inside short epochs" in md) == bool(short)
@@ -146,7 +158,8 @@ def test_an_interrupted_dataload_keeps_its_partial_and_resumes(corpus, tmp_path)
 
     res = tmp_path / "results"
     args = ["run", "dataload", "--corpus", corpus, "--data-dir", tmp_path / "ds", "--loaders", "pytorch-dataloader",
-            "--workers", "1", "--source", "ram", "--runs", 4, "--epochs", 1, "--batch", 8, "--results-dir", res]
+            "--workers", "1", "--source", "ram", "--runs", 4, "--epochs", 1, "--window-images", 1,
+            "--window-seconds", 0.01, "--batch", 8, "--results-dir", res]
     proc = subprocess.Popen([*ENTRY, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
     partial = None

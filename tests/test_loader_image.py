@@ -117,7 +117,8 @@ def test_kitctl_dataload_through_docker(client, loader_image, tmp_path):
                            "--workers", "2"], capture_output=True).returncode == 0
     res = tmp_path / "results"
     p = subprocess.run([*entry, "run", "dataload", "--corpus", str(corpus_dir), "--loaders", "pytorch-dataloader",
-                        "--workers", "2", "--source", "cold", "--runs", "2", "--epochs", "1", "--batch", "8",
+                        "--workers", "2", "--source", "cold", "--runs", "2", "--epochs", "1", "--window-images", "1",
+                        "--window-seconds", "0.01", "--batch", "8",
                         "--runtime", "docker", "--results-dir", str(res)], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr + p.stdout
     [final] = [f for f in res.glob("dataload-*.json") if not f.name.endswith(".partial.json")]
@@ -164,7 +165,8 @@ def test_kitctl_dataload_dali_through_docker(client, dali_image, loader_image, t
                            "--workers", "2"], capture_output=True, env=env).returncode == 0
     res = tmp_path / "results"
     p = subprocess.run([*entry, "run", "dataload", "--corpus", str(corpus_dir), "--loaders", "dali-cpu",
-                        "--workers", "2", "--source", "ram,cold", "--runs", "2", "--epochs", "1", "--batch", "8",
+                        "--workers", "2", "--source", "ram,cold", "--runs", "2", "--epochs", "1", "--window-images", "1",
+                        "--window-seconds", "0.01", "--batch", "8",
                         "--runtime", "docker", "--results-dir", str(res)], capture_output=True, text=True, timeout=600,
                        env=env)
     assert p.returncode == 0, p.stderr + p.stdout
@@ -208,7 +210,8 @@ def test_a_gpu_loader_on_a_daemon_that_attaches_no_gpu_is_one_line(client, loade
 
 
 # -- train-e2e and the datasets through Docker (the host needs no ffcv or webdataset) -------------------------------
-E2E = ("--model", "resnet18", "--workers", "1", "--side", "64", "--batch", "4", "--warmup", "1", "--runs", "1")
+E2E = ("--model", "resnet18", "--workers", "1", "--side", "64", "--batch", "4", "--warmup", "1", "--runs", "1",
+       "--window-images", "1", "--window-seconds", "0.01")
 
 
 def _kitctl(*args, timeout=900):
@@ -276,7 +279,8 @@ def test_kitctl_train_e2e_through_docker(client, loader_image, small_corpus, tmp
         (tmp_path / "report.md").read_text()
     # a later local dataload reuses the dataset the container wrote (host-owned, dataset.json read)
     p = _kitctl("run", "dataload", "--corpus", small_corpus, "--data-dir", ds, "--loaders", "pytorch-dataloader",
-                "--side", 64, "--workers", 1, "--runs", 1, "--epochs", 1, "--batch", 4, "--results-dir", res)
+                "--side", 64, "--workers", 1, "--runs", 1, "--epochs", 1, "--window-images", 1,
+                "--window-seconds", 0.01, "--batch", 4, "--results-dir", res)
     assert p.returncode == 0 and "dataset folder" not in p.stdout, p.stderr + p.stdout
 
 
@@ -405,7 +409,8 @@ def test_kitctl_dataload_cold_through_a_capped_read_path(client, loader_image, t
     res = base / "results"
     p = subprocess.run([*entry, "run", "dataload", "--corpus", str(corpus_dir), "--loaders", "pytorch-dataloader",
                         "--workers", "2", "--source", "cold", "--read-mbps", "0.5", "--runs", "1", "--epochs", "1",
-                        "--batch", "8", "--runtime", "docker", "--results-dir", str(res)],
+                        "--window-images", "1", "--window-seconds", "0.01", "--batch", "8", "--runtime", "docker",
+                        "--results-dir", str(res)],
                        capture_output=True, text=True, timeout=600)
     print(f"corpus + dataload: {time.monotonic() - t0:.0f} s")
     assert p.returncode == 0, p.stderr + p.stdout

@@ -9,6 +9,7 @@ import typer
 from ...runconfig import O_PYTHON, O_RESULTS_DIR, O_RESUME
 from ... import datarun as common
 from .config import DataloadConfig
+from .window import STEADY_TOLERANCE, WINDOW_IMAGES, WINDOW_SECONDS
 
 
 def dataload(
@@ -20,7 +21,13 @@ def dataload(
     encoding: str = typer.Option("jpeg90", help="Comma list: jpeg50, jpeg90, jpeg100, mix90, raw."),
     side: str = typer.Option("256", help="Max side(s) in px of the dataset."),
     runs: int = typer.Option(5, help="Fresh processes per cell (median and interval over them)."),
-    epochs: int = typer.Option(2, help="Timed epochs per run (after one warm-up epoch)."),
+    window_images: int = typer.Option(WINDOW_IMAGES, help="Time whole epochs (after one warm-up epoch) until the "
+                                      "window holds at least N images ..."),
+    window_seconds: float = typer.Option(WINDOW_SECONDS, help="... and lasts at least S seconds (the steady rate; the "
+                                         "loader's start-up is reported apart)."),
+    steady_tolerance: float = typer.Option(STEADY_TOLERANCE, help="A run is steady when its window's first and "
+                                           "second half of batches differ by at most this fraction."),
+    epochs: Optional[int] = typer.Option(None, help="A third minimum of the window: at least N timed epochs."),
     batch: int = typer.Option(256, help="Batch size."),
     corpus: str = typer.Option("data/corpus", help="A corpus made by `kitctl data make`."),
     data_dir: Optional[str] = typer.Option(None, help="Where datasets are written and reused (default: beside the corpus)."),
@@ -47,6 +54,7 @@ def dataload(
     common.run_command(
         "dataload", results_dir, resume,
         lambda: DataloadConfig.from_flags(corpus, data_dir, loaders, workers, source, encoding, side, runs, epochs,
-                                          batch, limit, timeout, python, runtime, image_tag, read_mbps),
+                                          batch, limit, timeout, python, runtime, image_tag, read_mbps,
+                                          window_images, window_seconds, steady_tolerance),
         DataloadConfig.from_json,
         DataloadConfig.runtime_record, runner.run, print_table, all_ok, uses_gpu=True)

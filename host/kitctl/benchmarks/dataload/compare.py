@@ -45,8 +45,15 @@ def _setup(doc: dict[str, Any]) -> dict[str, Any]:
 
 def _data_diffs(old: Source, new: Source) -> list[str]:
     """What makes images/s of the same cell measure something else: the machine's cores, the epoch's length
-    (start-up is inside a short one), the batch, the timed epochs."""
-    return setup_diffs(_setup(old.doc), _setup(new.doc))
+    (start-up is inside a short one), the batch, the timed epochs, the window rule (one measured under it, the
+    other not, or under another: throughput's window-rule diff)."""
+    out = setup_diffs(_setup(old.doc), _setup(new.doc))
+    rule_o, rule_n = (s.doc["configuration"].get("window_rule") for s in (old, new))
+    if (rule_o or rule_n) and rule_o != rule_n:
+        fixed = "fixed: {} timed epochs after a warm-up epoch"
+        out.append(f"window ({rule_o or fixed.format(old.doc['configuration'].get('epochs'))} vs "
+                   f"{rule_n or fixed.format(new.doc['configuration'].get('epochs'))})")
+    return out
 
 
 COMPARER = Comparer(rows=load_rows, change=median_change, text=median_text, unit="images/s (median [interval])",

@@ -11,6 +11,7 @@ from typing import Any
 from ...errors import Fail
 from ...datarun import DATA_ENCODINGS, LOADER_FORMAT, ReadCap, block_device, check_corpus, check_data_dir, \
     check_workers, corpus_images, parse_ints, parse_names
+from .window import LoaderWindow
 
 LOADERS = ("pytorch-dataloader", "webdataset", "ffcv", "pytorch-nvjpeg", "dali-cpu", "dali-gpu")
 FORMAT_OF, ENCODINGS = LOADER_FORMAT, DATA_ENCODINGS  # which format each loader reads; what a dataset can hold
@@ -28,7 +29,7 @@ class DataloadConfig:
     encodings: tuple[str, ...]
     sides: tuple[int, ...]
     runs: int
-    epochs: int
+    epochs: int | None  # with the window rule: a third minimum (None: none); without it (before the rule): exactly
     batch: int
     limit: int | None
     timeout_s: float
@@ -37,12 +38,16 @@ class DataloadConfig:
     image_tag: str = "ci"  # docker: the build of every loader image with this tag (compose.yaml: ci, cu130, ...)
     read_mbps: float | None = None  # docker, cold: the loaders' reads of the datasets capped (slow storage)
     ci_level: float = CI_LEVEL
+    window: LoaderWindow | None = None  # the window rule; None: a configuration recorded before it (fixed epochs)
 
     @classmethod
     def from_flags(cls, corpus: str, data_dir: str | None, loaders: str, workers: str, sources: str, encodings: str,
                    sides: str, runs: int, epochs: int, batch: int, limit: int | None, timeout: float | None,
                    python: str | None, runtime: str = "local", image_tag: str = "ci",
-                   read_mbps: float | None = None) -> DataloadConfig:
+                   read_mbps: float | None = None, window_images: int | None = None,
+                   window_seconds: float | None = None, steady_tolerance: float | None = None) -> DataloadConfig:
+        """Without window_images and window_seconds (a partial recorded before the rule): exactly `epochs` timed
+        epochs, as it was measured."""
         from ...datarun import serving_builds
 
         if runtime not in ("local", "docker"):
@@ -50,12 +55,20 @@ class DataloadConfig:
         if runtime == "docker":  # a loader the tag's build does not serve (GPU loader, CPU build): one line, now
             serving_builds(parse_names("--loaders", loaders, LOADERS), image_tag)
         for flag, v in (("--runs", runs), ("--epochs", epochs), ("--batch", batch)):
-            if v <= 0:
+            if v is not None and v <= 0:
                 raise Fail(f"{flag} must be > 0 (got {v})")
         if limit is not None and limit <= 0:
             raise Fail(f"--limit must be > 0 (got {limit})")
         if timeout is not None and timeout <= 0:
             raise Fail(f"--timeout must be > 0 (got {timeout})")
+        window = None
+        if window_images is not None or window_seconds is not None:
+            from .window import STEADY_TOLERANCE
+
+            window = LoaderWindow.of(window_images, window_seconds,
+                                     STEADY_TOLERANCE if steady_tolerance is None else steady_tolerance, epochs)
+        elif epochs is None:
+            epochs = 2  # before the window rule: the old default of timed epochs
         py = python or sys.executable
         if not os.access(py, os.X_OK):
             raise Fail(f"--python {py}: not an executable")
@@ -74,7 +87,7 @@ class DataloadConfig:
                   check_workers("--workers", parse_ints("--workers", workers, 1, all_value=os.cpu_count() or 1)),
                   srcs, parse_names("--encoding", encodings, ENCODINGS),
                   parse_ints("--side", sides, 32), runs, epochs, batch, limit, float(timeout or 1800), py, runtime,
-                  image_tag, float(read_mbps) if read_mbps is not None else None)
+                  image_tag, float(read_mbps) if read_mbps is not None else None, window=window)
         cfg.read_cap()  # a data dir on no block device is refused here, before anything runs
         n = corpus_images(str(c), limit)
         if batch > n:
@@ -95,7 +108,8 @@ class DataloadConfig:
             return cls.from_flags(r["corpus"], r["data_dir"], ",".join(r["loaders"]), ",".join(map(str, r["workers"])),
                                   ",".join(r["sources"]), ",".join(r["encodings"]), ",".join(map(str, r["sides"])),
                                   r["runs"], r["epochs"], r["batch"], r["limit"], r["timeout_s"], r["python"],
-                                  r.get("runtime", "local"), r.get("image_tag", "ci"), r.get("read_mbps"))
+                                  r.get("runtime", "local"), r.get("image_tag", "ci"), r.get("read_mbps"),
+                                  r.get("window_images"), r.get("window_seconds"), r.get("steady_tolerance"))
         except (KeyError, TypeError) as exc:
             raise Fail(f"the partial's configuration is not a dataload one ({exc})") from None
 
@@ -109,12 +123,19 @@ class DataloadConfig:
                 "sides": list(self.sides), "runs": self.runs, "epochs": self.epochs, "batch": self.batch,
                 "limit": self.limit, "timeout_s": self.timeout_s, "python": self.python, "runtime": self.runtime,
                 "image_tag": self.image_tag, "ci_level": self.ci_level, "read_mbps": self.read_mbps,
-                "read_cap": cap.to_json() if cap else None,
+                "read_cap": cap.to_json() if cap else None, **(self.window.to_json() if self.window else {}),
                 "pipeline": "decode -> RandomResizedCrop 224 (scale 0.08-1, ratio 3/4-4/3) -> random horizontal flip "
                             "-> uint8 batch; one warm-up epoch, then the timed epochs",
                 "sources_meaning": {"ram": "every file read into the page cache before each epoch, checked with "
                                            "mincore (>= 98% resident)",
                                     "cold": cold}}
+
+    def trial_flags(self) -> list[str]:
+        """How the trial times a run: the window rule (with --epochs as its third minimum, when given), or, for a
+        configuration recorded before the rule, exactly `epochs` timed epochs."""
+        if self.window is None:
+            return ["--epochs", str(self.epochs)]
+        return [*self.window.flags(), *(["--epochs", str(self.epochs)] if self.epochs else [])]
 
     def image(self, loader: str) -> str | None:
         """The image a docker run of the loader starts (None with the local runtime)."""

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...reports.format import table
 from ...datarun import FFCV_MACHINE, cell_caveats, partial_caveat
-from .table import rows, table_rows
+from .table import has_window_rule, rows, table_rows
 
 if TYPE_CHECKING:
     from ...reports.sources import Source
@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 def result_table(src: Source) -> list[str]:
     head, body = table_rows(src.doc)
     cores = (src.doc.get("host") or {}).get("cpu_count")
-    return [*table(head, body, right={3, 4, 5, 6, 7, 8}), "",
+    right = set(range(3, len(head)))  # the figures' columns
+    return [*table(head, body, right=right), "",
             f"_This machine: {cores} CPU cores. FFCV's published figures: {FFCV_MACHINE}._"]
 
 
@@ -26,7 +27,10 @@ START_SHARE = 0.2
 
 def caveats_protocol(src: Source) -> list[str]:
     """Epochs too short for the rate to be a steady one: the first batch's wait is inside the timed window
-    (FFCV's figures are ImageNet epochs of 1.28 M images, where it is negligible). Named per cell."""
+    (FFCV's figures are ImageNet epochs of 1.28 M images, where it is negligible). Named per cell. Only for
+    artifacts from before the window rule: under it the start-up is in the warm-up epoch, reported apart."""
+    if has_window_rule(src.doc):
+        return []
     hit = []
     for c in src.doc["results"]:
         shares = [e["first_batch_seconds"] / e["seconds"] for r in c["runs"] for e in r.get("epochs") or []
@@ -107,11 +111,23 @@ def measured(doc: dict[str, Any]) -> list[list[str]]:
                      f"`{c['corpus']}`" + (f", first {c['limit']:,} images" if c.get("limit") else "")],
             ["Sources", "; ".join(f"{k}: {v}" for k, v in (c.get("sources_meaning") or {}).items()
                                   if k in c["sources"])],
-            ["Speed rule", f"batch {c['batch']}; one warm-up epoch, then {c['epochs']} timed epoch(s); images/s = "
+            ["Speed rule", _window_speed_rule(c) if has_window_rule(doc) else
+                           f"batch {c['batch']}; one warm-up epoch, then {c['epochs']} timed epoch(s); images/s = "
                            f"images ÷ timed wall time; {c['runs']} run{'s' if c['runs'] != 1 else ''} per cell, each a fresh process; median and "
                            f"a distribution-free interval of the median"],
             ["Workers", ", ".join(map(str, c["workers"]))],
             ["Timeout", f"{c['timeout_s']:,.0f} s per run"]]
+
+
+def _window_speed_rule(c: dict[str, Any]) -> str:
+    from ..throughput.config import MAX_INTERVAL_SPREAD
+
+    runs = f"{c['runs']} run{'s' if c['runs'] != 1 else ''} per cell"
+    return (f"batch {c['batch']}; the warm-up epoch's time to its first batch is the loader's start-up (the "
+            f"start-up s column, not in images/s); the window: {c['window_rule']}; images/s = the window's images "
+            f"÷ its wall time (the steady rate); steady when every run's first and second half of batches agree within "
+            f"{c['steady_tolerance']:.0%} and the interval spans at most {MAX_INTERVAL_SPREAD:.0%} of the median; "
+            f"{runs}, each a fresh process; median and a distribution-free interval of the median")
 
 
 def _label(c: dict[str, Any]) -> str:
@@ -120,7 +136,13 @@ def _label(c: dict[str, Any]) -> str:
 
 def caveats(src: Source) -> list[str]:
     """A failed cell, and one whose median rests on fewer runs than asked, named with why."""
-    return cell_caveats(src.doc, _label, src.doc["configuration"].get("runs"))
+    out = cell_caveats(src.doc, _label, src.doc["configuration"].get("runs"))
+    unsteady = [f"{_label(c)} ({(c.get('steadiness') or {}).get('why')})" for c in src.doc["results"]
+                if c.get("status") == "ok" and (c.get("steadiness") or {}).get("steady") is False]
+    if unsteady:
+        out.append(f"**Not steady** — {'; '.join(unsteady)}: the figure is kept, but it moves with the window; "
+                   "read it as a range, not a rank (a longer --window-seconds or more --runs).")
+    return out
 
 
 def interrupted(src: Source) -> str:

@@ -30,7 +30,31 @@ def run_figures(tr) -> dict[str, Any]:
     return {"images_per_second": r.get("images_per_second") if ok else None, "images": r.get("images"),
             "window_seconds": r.get("window_seconds"), "warmup_seconds": r.get("warmup_seconds"),
             "epochs": r.get("epochs"), "impl": r.get("impl"), "batch_shape": r.get("batch_shape"),
-            "cpu_count": r.get("cpu_count"), "versions": r.get("versions")}
+            "cpu_count": r.get("cpu_count"), "versions": r.get("versions"), **window_figures(r)}
+
+
+def window_figures(r: dict[str, Any]) -> dict[str, Any]:
+    """What a run under the window rule adds: its start-up and build apart from the steady figure, the warm-up
+    epoch, the window (rule, images, seconds, halves) and what each figure is; steady and halves_change at the
+    top, as throughput's runs carry them. A trial before the rule recorded none of these: nothing is added."""
+    w = r.get("window")
+    if not isinstance(w, dict):
+        return {}
+    return {"startup_seconds": r.get("startup_seconds"), "build_seconds": r.get("build_seconds"),
+            "warmup_epoch": r.get("warmup_epoch"), "window": w, "figures": r.get("figures"),
+            "window_rule": w.get("rule"), "steady": w.get("steady") if isinstance(w.get("steady"), bool) else None,
+            "halves_change": w.get("halves_change")}
+
+
+def cell_window(runs: list[dict[str, Any]], summary: dict[str, Any], cfg: DataloadConfig) -> dict[str, Any]:
+    """A cell under the window rule: the median start-up (apart from the steady figure) and the steadiness
+    verdict, by throughput's rule (every run's halves within the tolerance, the interval within 10 % of the
+    median)."""
+    from ..throughput.run import cell_steadiness
+
+    startup = [r["startup_seconds"] for r in runs if isinstance(r.get("startup_seconds"), (int, float))]
+    return {"startup": summarize(startup, cfg.ci_level) if startup else None,
+            "steadiness": cell_steadiness(runs, summary, cfg.window.tolerance)}
 
 
 # A capped cold epoch may read its payload this much faster than the cap (the throttle's first time slice
@@ -72,8 +96,7 @@ def run(cfg: DataloadConfig, store, doc: dict[str, Any], note: Callable[[str], N
         while why is None and len(cell["runs"]) < cfg.runs:
             i = len(cell["runs"]) + 1
             ds = dataset_dir(cfg.data_dir, n, fmt, enc, side, corpus_id)
-            flags = ["--workers", str(workers), "--source", source, "--batch", str(cfg.batch), "--epochs",
-                     str(cfg.epochs)]
+            flags = ["--workers", str(workers), "--source", source, "--batch", str(cfg.batch), *cfg.trial_flags()]
             tr = run_on_dataset(where, "dataload", cfg.image(loader), ["dataload", "--loader", loader, *flags], ds,
                                 cfg.timeout_s, gpu=loader in GPU_LOADERS)
             figs = run_figures(tr)
@@ -98,4 +121,6 @@ def run(cfg: DataloadConfig, store, doc: dict[str, Any], note: Callable[[str], N
             note(f"{loader} {enc}@{side} {label} w={workers}: FAILED, {why}")
         else:
             cell.update(status="ok", summary=summarize([r["images_per_second"] for r in cell["runs"]], cfg.ci_level))
+            if cfg.window is not None:
+                cell.update(cell_window(cell["runs"], cell["summary"], cfg))
         save(store, doc)

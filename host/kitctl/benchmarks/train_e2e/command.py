@@ -8,6 +8,7 @@ import typer
 
 from ... import datarun as common
 from ...runconfig import O_PYTHON, O_RESULTS_DIR, O_RESUME
+from ..dataload.window import STEADY_TOLERANCE, WINDOW_IMAGES, WINDOW_SECONDS
 from .config import TrainE2EConfig
 
 
@@ -24,8 +25,13 @@ def train_e2e(
     side: int = typer.Option(256, help="Max side in px of the dataset (the crop is 224 either way)."),
     batch: int = typer.Option(256, help="Batch size."),
     warmup: int = typer.Option(10, help="Untimed training steps first (workers start, cuDNN autotune)."),
-    steps: int = typer.Option(50, help="Timed training steps (then as many batches through the loader alone); keep warm-up + "
-                                   "2 × (2 × workers + 6) + 2 × steps batches within one epoch of --limit images."),
+    steps: int = typer.Option(50, help="Timed training steps; keep warm-up + (2 × workers + 6) + steps batches "
+                                   "within one epoch of --limit images."),
+    window_images: int = typer.Option(WINDOW_IMAGES, help="The loader alone (dataload's measurement, before "
+                                      "training): whole epochs after a warm-up epoch until at least N images ..."),
+    window_seconds: float = typer.Option(WINDOW_SECONDS, help="... and at least S seconds (its start-up apart)."),
+    steady_tolerance: float = typer.Option(STEADY_TOLERANCE, help="The loader alone is steady when its window's "
+                                           "halves differ by at most this fraction."),
     runs: int = typer.Option(3, help="Fresh processes per model × loader (median and interval over them)."),
     corpus: str = typer.Option("data/corpus", help="A corpus made by `kitctl data make`."),
     data_dir: Optional[str] = typer.Option(None, help="Where datasets are written and reused (default: beside the corpus)."),
@@ -47,5 +53,5 @@ def train_e2e(
         "train-e2e", results_dir, resume,
         lambda: TrainE2EConfig.from_flags(corpus, data_dir, loaders, model, precision, device, workers, encoding,
                                           side, batch, warmup, steps, runs, limit, timeout, python, runtime,
-                                          image_tag),
+                                          image_tag, window_images, window_seconds, steady_tolerance),
         TrainE2EConfig.from_json, TrainE2EConfig.runtime_record, runner.run, print_table, all_ok, uses_gpu=True)

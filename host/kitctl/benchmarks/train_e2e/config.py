@@ -13,6 +13,7 @@ from ...datarun import LOADER_FORMAT as FORMAT_OF
 from ...datarun import LOADER_IMAGE, TORCH_IMAGES, check_corpus, check_data_dir, check_workers, corpus_images, \
     detect_gpu, loader_image, loader_runtime, parse_ints, parse_names
 from ...errors import Fail
+from ..dataload.window import STEADY_TOLERANCE, LoaderWindow
 
 # dali-gpu's batches stay in DALI's GPU tensors (no hand-off to torch in the trial yet)
 LOADERS = ("synthetic", "pytorch-dataloader", "webdataset", "ffcv", "pytorch-nvjpeg", "dali-cpu")
@@ -49,12 +50,16 @@ class TrainE2EConfig:
     runtime: str = "local"  # local: a fresh process; docker: a fresh container of the loader's image
     image_tag: str = "ci"  # docker: kitctl/loader-<image>:<tag>
     ci_level: float = CI_LEVEL
+    window: LoaderWindow | None = None  # the loader-alone window rule; None: recorded before it
 
     @classmethod
     def from_flags(cls, corpus: str, data_dir: str | None, loaders: str, models: str, precision: str, device: str,
                    workers: str, encoding: str, side: int, batch: int, warmup: int, steps: int, runs: int,
                    limit: int | None, timeout: float | None, python: str | None, runtime: str = "local",
-                   image_tag: str = "ci") -> TrainE2EConfig:
+                   image_tag: str = "ci", window_images: int | None = None, window_seconds: float | None = None,
+                   steady_tolerance: float | None = None) -> TrainE2EConfig:
+        """Without window_images and window_seconds (a partial recorded before the rule): the loader alone over
+        whole epochs holding --steps batches, as it was measured."""
         if runtime not in DEFAULT_LOADERS:
             raise Fail(f"--runtime must be local or docker (got {runtime!r})")
         loaders = loaders or DEFAULT_LOADERS[runtime]
@@ -72,6 +77,10 @@ class TrainE2EConfig:
             raise Fail(f"--limit must be > 0 (got {limit})")
         if timeout is not None and timeout <= 0:
             raise Fail(f"--timeout must be > 0 (got {timeout})")
+        window = None
+        if window_images is not None or window_seconds is not None:
+            window = LoaderWindow.of(window_images, window_seconds,
+                                     STEADY_TOLERANCE if steady_tolerance is None else steady_tolerance)
         py = python or sys.executable
         if not os.access(py, os.X_OK):
             raise Fail(f"--python {py}: not an executable")
@@ -107,7 +116,7 @@ class TrainE2EConfig:
                        "--batch, or make a larger corpus")
         cfg = cls(str(c), str(Path(data_dir).expanduser().resolve()) if data_dir else str(c.parent / "datasets"),
                   names, model_names, precision, device, ws[0], encoding, int(side), batch, warmup, steps, runs,
-                  limit, float(timeout or 900), py, runtime, image_tag)
+                  limit, float(timeout or 900), py, runtime, image_tag, window=window)
         check_data_dir(cfg.data_dir, cfg.corpus, cfg.limit, cfg.datasets())
         return cfg
 
@@ -117,7 +126,8 @@ class TrainE2EConfig:
             return cls.from_flags(r["corpus"], r["data_dir"], ",".join(r["loaders"]), ",".join(r["models"]),
                                   r["precision"], r["device"], str(r["workers"]), r["encoding"], r["side"], r["batch"],
                                   r["warmup"], r["steps"], r["runs"], r["limit"], r["timeout_s"], r["python"],
-                                  r.get("runtime", "local"), r.get("image_tag", "ci"))
+                                  r.get("runtime", "local"), r.get("image_tag", "ci"), r.get("window_images"),
+                                  r.get("window_seconds"), r.get("steady_tolerance"))
         except (KeyError, TypeError) as exc:
             raise Fail(f"the partial's configuration is not a train-e2e one ({exc})") from None
 
@@ -128,6 +138,7 @@ class TrainE2EConfig:
                 "warmup": self.warmup, "steps": self.steps, "runs": self.runs, "limit": self.limit,
                 "timeout_s": self.timeout_s, "python": self.python, "runtime": self.runtime,
                 "image_tag": self.image_tag, "ci_level": self.ci_level,
+                **(self.window.to_json() if self.window else {}),
                 "pipeline": "decode -> RandomResizedCrop 224 -> flip -> uint8 batch (the dataload pipeline, page "
                             "cache warm) -> to the device, normalised there (ImageNet mean/std, channels-last) -> "
                             "forward, cross-entropy, backward, Adam lr 0.001 (bf16 autocast on CUDA unless "

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...datarun import cell_caveats, partial_caveat
 from ...reports.format import table
-from .table import KEEPS_BUSY, table_rows, verdict
+from .table import KEEPS_BUSY, has_window_rule, table_rows, verdict
 
 if TYPE_CHECKING:
     from ...reports.sources import Source
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 def result_table(src: Source) -> list[str]:
     head, body = table_rows(src.doc)
-    return [*table(head, body, right={2, 3, 4, 5, 6, 7}), "", "**Which loader keeps the GPU busy**", "",
+    return [*table(head, body, right=set(range(2, len(head)))), "", "**Which loader keeps the GPU busy**", "",
             *[f"- {line}" for line in verdict(src.doc)]]
 
 
@@ -41,7 +41,8 @@ def measured(doc: dict[str, Any]) -> list[list[str]]:
             ["Loaders", ", ".join(c["loaders"])],
             ["Data", f"{c['encoding']} at max side {c['side']} px, page cache warm; corpus `{c['corpus']}`"
                      + (f", first {c['limit']:,} images" if c.get("limit") else "")],
-            ["Speed rule", f"batch {c['batch']}, {c['workers']} loader workers; {c['warmup']} warm-up steps, then "
+            ["Speed rule", _window_speed_rule(c) if has_window_rule(doc) else
+                           f"batch {c['batch']}, {c['workers']} loader workers; {c['warmup']} warm-up steps, then "
                            f"as many batches as the loader can have read ahead dropped (2 × workers + 6), then "
                            f"{c['steps']} timed steps: training images/s = images ÷ timed wall time (device "
                            f"synchronised at the end); then {c['steps']} batches through the loader alone = the "
@@ -59,6 +60,19 @@ def measured(doc: dict[str, Any]) -> list[list[str]]:
             ["Timeout", f"{c['timeout_s']:,.0f} s per run"]]
 
 
+def _window_speed_rule(c: dict[str, Any]) -> str:
+    runs = f"{c['runs']} run{'s' if c['runs'] != 1 else ''} per cell"
+    return (f"batch {c['batch']}, {c['workers']} loader workers. First the loader alone, before any training: "
+            f"dataload's measurement (source ram): the warm-up epoch's time to its first batch is the loader's "
+            f"start-up (the loader start-up s column); the window: {c['window_rule']}; the loader's images/s = the "
+            f"window's images ÷ its wall time, steady when the window's halves agree within "
+            f"{c['steady_tolerance']:.0%}. Then training: {c['warmup']} warm-up steps, then as many batches as the "
+            f"loader can have read ahead dropped (2 × workers + 6), then {c['steps']} timed steps: training "
+            f"images/s = images ÷ timed wall time (device synchronised at the end); a loader's batches come through "
+            f"a prefetch thread, two ahead, pinned on CUDA (as DataLoader(pin_memory=True)); {runs}, each a fresh "
+            f"process; median and a distribution-free interval of the median")
+
+
 def _label(c: dict[str, Any]) -> str:
     return f"{c['model']} fed by {c['loader']}"
 
@@ -73,6 +87,11 @@ def caveats(src: Any) -> list[str]:
     (a small --limit) holds the loader's restart bubble, which a real ImageNet epoch (5,005 steps of 256) has
     once: named per cell."""
     out = cell_caveats(src.doc, _label, src.doc["configuration"].get("runs")) + diagnoses(src.doc)
+    unsteady = [f"{_label(c)} ({(c.get('loader_steadiness') or {}).get('why')})" for c in src.doc["results"]
+                if c.get("status") == "ok" and (c.get("loader_steadiness") or {}).get("steady") is False]
+    if unsteady:
+        out.append(f"**Loader alone not steady** — {'; '.join(unsteady)}: its figure is kept, but it moves with the "
+                   "window; read it as a range (a longer --window-seconds or more --runs).")
     hit = []
     for c in src.doc["results"]:
         n = sum((r.get("epoch_starts_in_window") or 0) + (r.get("loader_epoch_starts") or 0) for r in c["runs"])

@@ -13,7 +13,8 @@ FIGURES = ("train_images_per_second", "loader_images_per_second", "busy_fraction
            "window_seconds", "warmup_seconds", "images", "steps", "data_wait_seconds", "loader_images",
            "loader_seconds", "final_loss", "loss_after_warmup", "precision", "device", "parameters", "impl",
            "layout", "busy_basis", "resident_before", "drained_batches", "epoch_starts_in_window",
-           "loader_epoch_starts", "cpu_count", "versions", "step_losses", "first_nonfinite_loss", "decode_check")
+           "loader_epoch_starts", "cpu_count", "versions", "step_losses", "first_nonfinite_loss", "decode_check",
+           "loader_alone", "loader_startup_seconds")
 
 
 def find(doc: dict[str, Any], key: tuple[str, str]) -> dict[str, Any] | None:
@@ -35,7 +36,19 @@ def summaries(runs: list[dict[str, Any]], level: float) -> dict[str, Any]:
            "busy": summarize([r["busy_fraction"] for r in runs], level)}
     loader = [r["loader_images_per_second"] for r in runs if isinstance(r.get("loader_images_per_second"), (int, float))]
     out["loader"] = summarize(loader, level) if loader else None
+    startup = [r["loader_startup_seconds"] for r in runs if isinstance(r.get("loader_startup_seconds"), (int, float))]
+    if startup:  # under the window rule: the loader's start-up, apart from its steady figure
+        out["loader_startup"] = summarize(startup, level)
     return out
+
+
+def loader_steadiness(runs: list[dict[str, Any]], summary: dict[str, Any] | None, tolerance: float) -> dict[str, Any]:
+    """The loader-alone window's steadiness over a cell's runs, by throughput's rule (cell_steadiness)."""
+    from ..throughput.run import cell_steadiness
+
+    judged = [{"run": r["run"], "steady": ((r.get("loader_alone") or {}).get("window") or {}).get("steady")}
+              for r in runs]
+    return cell_steadiness(judged, summary, tolerance)
 
 
 def run(cfg: TrainE2EConfig, store, doc: dict[str, Any], note: Callable[[str], None]) -> None:
@@ -58,7 +71,7 @@ def run(cfg: TrainE2EConfig, store, doc: dict[str, Any], note: Callable[[str], N
         cell["status"], cell["reason"] = "pending", ""
         argv = ["train", "--loader", loader, "--model", model, "--precision", cfg.precision, "--device", cfg.device,
                 "--workers", str(cfg.workers), "--batch", str(cfg.batch), "--warmup", str(cfg.warmup),
-                "--steps", str(cfg.steps)]
+                "--steps", str(cfg.steps), *(cfg.window.flags() if cfg.window else [])]
         why, ds = None, None
         if loader != "synthetic":
             fmt = FORMAT_OF[loader]
@@ -81,4 +94,7 @@ def run(cfg: TrainE2EConfig, store, doc: dict[str, Any], note: Callable[[str], N
             note(f"{model} {loader}: FAILED, {why}")
         else:
             cell.update(status="ok", summary=summaries(cell["runs"], cfg.ci_level))
+            if cfg.window is not None and cell["summary"]["loader"] is not None:
+                cell["loader_steadiness"] = loader_steadiness(cell["runs"], cell["summary"]["loader"],
+                                                              cfg.window.tolerance)
         save(store, doc)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...reports.format import interval
+from ..dataload.window import steady_text
 
 # A loader "keeps the GPU busy" when its training images/s reach this share of synthetic's (the same model, medians).
 KEEPS_BUSY = 0.95
@@ -26,6 +27,9 @@ def rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
                     "train": train.get("median"), "ci_low": train.get("ci_low"), "ci_high": train.get("ci_high"),
                     "ci_level": train.get("ci_level"), "loader_alone": _median(s.get("loader")),
                     "busy": _median(s.get("busy")), "runs": len(c["runs"]),
+                    "loader_startup": _median(s.get("loader_startup")),
+                    "loader_steady": (c.get("loader_steadiness") or {}).get("steady"),
+                    "loader_steady_why": (c.get("loader_steadiness") or {}).get("why"),
                     "precision": next((r.get("precision") for r in c["runs"] if r.get("precision")), None),
                     "of_synthetic": train["median"] / up if up and train.get("median") is not None else None})
     return out
@@ -63,7 +67,14 @@ def _n(x: Any) -> str:
     return "—" if x is None else f"{x:,.1f}"
 
 
+def has_window_rule(doc: dict[str, Any]) -> bool:
+    """Whether the loader alone was measured under the window rule (artifacts from before it keep their table)."""
+    return isinstance(doc["configuration"].get("window_rule"), str)
+
+
 def table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    if has_window_rule(doc):
+        return window_table_rows(doc)
     head = ["Model", "Loader", "training images/s (median)", "interval", "of synthetic", "GPU busy",
             "loader alone images/s", "runs"]
     body = []
@@ -78,6 +89,26 @@ def table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return head, body
 
 
+def window_table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Under the window rule: the loader alone's steady figure beside training images/s, its start-up apart and
+    its window's steadiness."""
+    head = ["Model", "Loader", "training images/s (median)", "interval", "loader alone images/s (steady)",
+            "loader start-up s", "loader steady", "of synthetic", "GPU busy", "runs"]
+    body = []
+    for r in rows(doc):
+        if r["status"] != "ok":
+            body.append([r["model"], r["loader"], f"FAILED: {r['reason']}", "", "", "", "", "", "", str(r["runs"])])
+            continue
+        synth = r["loader"] == "synthetic"
+        body.append([r["model"], r["loader"], _n(r["train"]), interval(r["ci_level"], r["ci_low"], r["ci_high"]),
+                     "(none: on device)" if synth else _n(r["loader_alone"]),
+                     "" if synth else ("—" if r["loader_startup"] is None else f"{r['loader_startup']:.2f}"),
+                     "" if synth else steady_text(r["loader_steady"]),
+                     "—" if r["of_synthetic"] is None else f"{r['of_synthetic']:.0%}",
+                     "—" if r["busy"] is None else f"{r['busy']:.0%}", str(r["runs"])])
+    return head, body
+
+
 def print_table(console, doc: dict[str, Any], final) -> None:
     from rich.table import Table
 
@@ -85,6 +116,8 @@ def print_table(console, doc: dict[str, Any], final) -> None:
     t = Table(title=f"Training fed by each loader vs synthetic on-device data — {final}")
     for h in head:
         t.add_column(h, justify="left" if h in ("Model", "Loader") else "right")
+    if has_window_rule(doc):
+        body = [[*r[:6], "[yellow]NOT STEADY[/yellow]" if r[6] == "NOT STEADY" else r[6], *r[7:]] for r in body]
     for r in body:
         t.add_row(*r)
     console.print(t)
