@@ -48,7 +48,7 @@ def corpora(sources, tmp_path_factory) -> tuple[Path, Path]:
 
 
 LOAD = ("--loaders", "pytorch-dataloader", "--encoding", "jpeg90", "--side", 64, "--workers", 1, "--runs", 1,
-        "--epochs", 1, "--batch", 4)
+        "--epochs", 1, "--batch", 4, "--window-images", 1, "--window-seconds", 0.01)
 
 
 def dataload(sources: Path, corpus: Path, res: Path, *extra) -> tuple[subprocess.CompletedProcess, dict | None]:
