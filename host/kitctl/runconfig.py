@@ -81,6 +81,10 @@ O_RESULTS_DIR = typer.Option(Path("results"), help="Where artifacts are written.
 O_RESUME = typer.Option(None, help="Continue the run in this .partial.json, with its own configuration, runtime, "
                         "image or interpreter; beside it only --timeout, --gpu, --require-gpu-idle and "
                         "--idle-threshold are accepted (and --gpu-request, checked against the partial's).")
+O_ALLOW_CODE_CHANGE = typer.Option(False, "--allow-code-change",
+                                   help="With --resume: continue although the kit's or the trial's code hashes "
+                                   "otherwise than the partial recorded (refused without it); the resume entry "
+                                   "records the old and new hashes.")
 O_GPU_REQUEST = typer.Option(GpuRequestName.auto, help="How Docker attaches the GPU: toolkit (NVIDIA Container "
                              "Toolkit, --gpus style), cdi (nvidia.com/gpu=UUID) or auto (probe once: what works).")
 
