@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from . import signals
+from .fileio import NotRegularFile, read_regular
 from .paths import schema_path
 
 SCHEMA_VERSION = 1
@@ -260,6 +261,25 @@ def _lock_path(partial: Path) -> Path:
     return partial.with_name(partial.name + ".lock")
 
 
+def being_written(partial: Path) -> bool:
+    """Whether a live kitctl holds the partial's lock. A writer holds it from its first write to its
+    last, and the kernel drops it when the process dies however it dies: a "running" partial whose
+    lock nobody holds was left by a process that is gone. Looks without creating anything."""
+    try:
+        fd = os.open(_lock_path(partial), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False  # no lock file: no writer (or it cannot be known here)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # closing drops the shared lock this look may have taken
+    return False
+
+
 def _release(partial: Path, fd: int | None) -> None:
     """Remove the lock file (while still holding it: see `_lock`) and drop the lock."""
     if fd is None:
@@ -275,7 +295,9 @@ def _release(partial: Path, fd: int | None) -> None:
 def load(path: Path) -> dict[str, Any]:
     """Read and validate an artifact (final or partial); one clear line on any problem."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_regular(Path(path)).decode("utf-8")
+    except NotRegularFile as exc:
+        raise ArtifactError(str(exc)) from None
     except OSError as exc:
         raise ArtifactError(f"cannot read {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
