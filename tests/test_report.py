@@ -558,7 +558,7 @@ def test_results_list(tmp_path):
     assert "reference" in out and "SAMPLE GPU 16 GiB" in out and "opennn-pool1 fp32: 1,000" in out
     assert "broken.json" in out and "unreadable" in out and "notes.txt" not in out
     table, _, apart = out.partition("not results (1):")  # listed apart, after the results
-    assert "other.json" not in table and "other.json: other JSON, neither a kitctl artifact" in apart
+    assert "other.json" not in table and "other.json: other JSON, not a benchmark result" in apart
     assert "2026-11-29 19:59 UTC" in out
 
 

@@ -74,8 +74,7 @@ def list_results(folder: Path) -> list[Entry]:
         try:
             src = load_source(path)
         except UnknownKind:
-            out.append(Entry(path.name, "—", "—", "—", "—", "neither a kitctl artifact nor a reference max-batch JSON",
-                             OTHER_JSON))
+            out.append(Entry(path.name, "—", "—", "—", "—", "not a benchmark result", OTHER_JSON))
             continue
         except ArtifactError as exc:
             why = str(exc).replace(str(path), "", 1).lstrip(": ").strip()
