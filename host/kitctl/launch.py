@@ -29,6 +29,7 @@ from .core.engines import EngineError, parse_engines
 from .core.protocol import TrialRequest
 from .core.provenance import (HOST_CODE, changed_files, code_hash, host_info, image_trial_code, kit_info,
                               trial_code, trial_paths)
+from .core.paths import kit_root
 from .core.signals import Interrupted
 from .errors import EXIT_INTERRUPTED, EXIT_USAGE, Fail, err
 from .runconfig import RunConfig, check_idle_threshold, check_timeout
@@ -138,7 +139,7 @@ def make_runtime(name: str, engines: list, device: str, gpu_uuid: str | None, ru
                 return rt
             notes.extend(f"--runtime auto: using local ({why})" for why in fallback)
     try:
-        LocalRuntime.check(engines)
+        LocalRuntime.check(engines, python)
     except RuntimeUnavailable as exc:
         raise Fail(str(exc)) from None
     return LocalRuntime(gpu_uuid=gpu_uuid, python=python, memory_limit_mib=memory_limit, run_id=run_id)
@@ -440,6 +441,15 @@ def _resolve_python(python: str | None) -> str | None:
     return os.path.abspath(found)
 
 
+def check_kit_home() -> None:
+    """KITCTL_HOME must name a kit checkout: elsewhere every trial is missing and the code hash is
+    that of an empty tree, which a run recorded as "crash then crash"."""
+    home = os.environ.get("KITCTL_HOME")
+    if home and not (kit_root() / "trials").is_dir():
+        raise Fail(f"KITCTL_HOME={home} is not a kit checkout (no trials/ folder there); unset it or point "
+                   "it at the kit's root")
+
+
 def start(benchmark: str, given: list[tuple[str, str]], resume: Path | None, timeout: float | None,
           gpu: str | None, results_dir: Path, python: str | None, require_gpu_idle: bool, idle_threshold: float,
           new_config: Callable[[], Any], gpu_request: str = "auto", allow_code_change: bool = False) -> Setup:
@@ -448,6 +458,7 @@ def start(benchmark: str, given: list[tuple[str, str]], resume: Path | None, tim
     ready = False
     try:
         signals.check()
+        check_kit_home()
         check_idle_threshold(idle_threshold)
         if allow_code_change and resume is None:
             raise Fail("--allow-code-change applies only with --resume")
