@@ -445,9 +445,10 @@ def check_kit_home() -> None:
     """KITCTL_HOME must name a kit checkout: elsewhere every trial is missing and the code hash is
     that of an empty tree, which a run recorded as "crash then crash"."""
     home = os.environ.get("KITCTL_HOME")
-    if home and not (kit_root() / "trials").is_dir():
-        raise Fail(f"KITCTL_HOME={home} is not a kit checkout (no trials/ folder there); unset it or point "
-                   "it at the kit's root")
+    # A Docker-only home may hold compose.yaml alone; the local runtime checks each trial's file.
+    if home and not ((kit_root() / "trials").is_dir() or (kit_root() / "compose.yaml").is_file()):
+        raise Fail(f"KITCTL_HOME={home} is not a kit checkout (neither trials/ nor compose.yaml there); unset "
+                   "it or point it at the kit's root")
 
 
 def start(benchmark: str, given: list[tuple[str, str]], resume: Path | None, timeout: float | None,
