@@ -89,3 +89,15 @@ def test_a_cause_known_only_at_run_time_shows_in_the_terminal_and_the_report(tmp
 ])
 def test_the_cause_line(outcome, cause):
     assert outcome.cause == cause
+
+
+def test_a_signal_before_the_cli_is_imported_is_one_line():
+    """The console entry's module is loaded, `main` not yet called (where the CLI's handlers come):
+    a SIGINT there was a KeyboardInterrupt traceback."""
+    code = ("import kitctl.entry, os, signal, time\n"
+            "os.kill(os.getpid(), signal.SIGINT)\n"
+            "time.sleep(5)\n"
+            "print('not ended')\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 130, (p.stdout, p.stderr)
+    assert p.stderr == "kitctl: interrupted (SIGINT) while starting; nothing written\n" and not p.stdout

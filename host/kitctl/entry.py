@@ -6,9 +6,28 @@ signal exits 130 with one line (README "Exit codes").
 """
 from __future__ import annotations
 
+import os
+import signal as _signal
 import sys
 
-from .core import signals
+# Before anything else of kitctl is imported (its first import, even `typing`, took milliseconds in
+# which a SIGINT was a KeyboardInterrupt traceback): a signal now ends the process at once with the
+# one line, nothing having been written yet. `signals.install()` in `main` replaces this.
+_NAMES = {_signal.SIGINT: "SIGINT", _signal.SIGTERM: "SIGTERM", _signal.SIGHUP: "SIGHUP"}
+
+
+def _while_importing(signum: int, _frame: object) -> None:
+    try:
+        sys.stderr.write(f"kitctl: interrupted ({_NAMES.get(signum, signum)}) while starting; nothing written\n")
+        sys.stderr.flush()
+    finally:
+        os._exit(130)
+
+
+for _s in _NAMES:
+    _signal.signal(_s, _while_importing)
+
+from .core import signals  # noqa: E402  (after the handlers above)
 
 
 def main() -> None:
