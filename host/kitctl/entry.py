@@ -6,8 +6,8 @@ signal exits 130 with one line (README "Exit codes").
 """
 from __future__ import annotations
 
+import _signal  # the interpreter's built-in part of `signal`: no enum module to import first
 import os
-import signal as _signal
 import sys
 
 # Before anything else of kitctl is imported (its first import, even `typing`, took milliseconds in
