@@ -135,6 +135,12 @@ class RunConfig:
             raise Fail("--memory-limit applies to --device cpu; on a GPU use --vram-limit")
         if memory_limit is not None:
             _check_memory_limit(memory_limit)
+        # A flag that cannot apply is refused, never recorded as if it had been used.
+        if device == "cpu" and gpu is not None:
+            raise Fail(f"--gpu {gpu} applies to --device cuda; a --device cpu run uses no GPU")
+        if gpu_request not in (None, "auto") and (runtime == "local" or device == "cpu"):
+            where = "--runtime local" if runtime == "local" else "--device cpu"
+            raise Fail(f"--gpu-request {gpu_request} is how Docker attaches a GPU; it does not apply with {where}")
         if reserve < 0:
             raise Fail(f"--reserve must be ≥ 0 (got {reserve})")
         if vram_limit is not None and vram_limit <= 0:

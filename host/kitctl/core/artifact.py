@@ -141,8 +141,18 @@ class ArtifactStore:
         """A new run's store, nothing written yet; refuses now a folder that cannot be written."""
         results_dir = Path(results_dir)
         probe = results_dir
-        while not probe.exists() and probe != probe.parent:
-            probe = probe.parent
+        try:  # exists() raises, not answers, for a name the file system cannot hold (ENAMETOOLONG)
+            while not probe.exists() and probe != probe.parent:
+                probe = probe.parent
+            name_max = os.pathconf(probe, "PC_NAME_MAX") if probe.is_dir() else 255
+        except OSError as exc:
+            raise ArtifactError(f"cannot write artifacts under {results_dir}: {exc.strerror or exc}") from None
+        missing = results_dir.parts[len(probe.parts):]
+        too_long = next((p for p in missing if len(os.fsencode(p)) > name_max), None)
+        if too_long is not None:
+            raise ArtifactError(f"cannot write artifacts under {results_dir}: "
+                                f"a folder name of {len(os.fsencode(too_long))} bytes, above the {name_max} "
+                                "this file system allows")
         if not probe.is_dir():
             raise ArtifactError(f"cannot write artifacts under {results_dir}: {probe} is not a directory")
         if not os.access(probe, os.W_OK | os.X_OK):

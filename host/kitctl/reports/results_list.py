@@ -61,12 +61,16 @@ def _skip_reason(path: Path, folder: Path) -> str | None:
 
 
 def list_results(folder: Path) -> list[Entry]:
-    if not folder.exists():
-        raise ArtifactError(f"no such directory: {folder}")
-    if not folder.is_dir():
-        raise ArtifactError(f"{folder} is not a directory")
+    try:
+        if not folder.exists():
+            raise ArtifactError(f"no such directory: {folder}")
+        if not folder.is_dir():
+            raise ArtifactError(f"{folder} is not a directory")
+        paths = sorted(folder.glob("*.json"))
+    except OSError as exc:  # a name too long, a folder that cannot be read
+        raise ArtifactError(f"cannot read {folder}: {exc.strerror or exc}") from None
     out = []
-    for path in sorted(folder.glob("*.json")):
+    for path in paths:
         skip = _skip_reason(path, folder)
         if skip:
             out.append(Entry(path.name, "—", "—", "—", "—", skip, SKIPPED))
