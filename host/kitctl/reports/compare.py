@@ -310,8 +310,9 @@ def compare(old: Source, new: Source, threshold_pct: float = 5.0, force: bool = 
     return cmp
 
 
-def _cells(rows: dict[tuple[str, str], Any]) -> str:
-    return ", ".join(f"{engine_label(e)} {p}" for e, p in rows)
+def _cells(rows: dict[tuple[str, str], Any], most: int = 4) -> str:
+    names = [f"{engine_label(e)} {p}" for e, p in rows]
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 def pct_text(p: float | None) -> str:
