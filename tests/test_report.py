@@ -557,7 +557,8 @@ def test_results_list(tmp_path):
     assert "tensorflow-xla fp32: 12,880 img/s" in out and "throughput" in out
     assert "reference" in out and "SAMPLE GPU 16 GiB" in out and "opennn-pool1 fp32: 1,000" in out
     assert "broken.json" in out and "unreadable" in out and "notes.txt" not in out
-    assert "other.json" in out and "not a benchmark result" in out and "other JSON" in out
+    table, _, apart = out.partition("not results (1):")  # listed apart, after the results
+    assert "other.json" not in table and "other.json: other JSON, not a benchmark result" in apart
     assert "2026-11-29 19:59 UTC" in out
 
 

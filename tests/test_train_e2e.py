@@ -63,7 +63,8 @@ def test_training_fed_by_a_loader_and_synthetic_on_cpu(corpus, tmp_path):
                "--warmup", 1, "--steps", STEPS, "--runs", 1, "--window-images", 1, "--window-seconds", 0.01,
                "--results-dir", res)
     assert p.returncode == 0, p.stderr + p.stdout
-    assert "keep" in p.stdout and "GPU busy" in p.stdout  # the verdict under the end table
+    assert "keep" in p.stdout and "trainer busy" in p.stdout  # the verdict under the end table
+    assert "GPU" not in p.stdout  # a CPU run: no GPU to keep busy
     [final] = [f for f in res.glob("train-e2e-*.json") if not f.name.endswith(".partial.json")]
     doc = load(final)  # schema-checked
     assert doc["benchmark"] == "train-e2e" and doc["state"] == "complete"
@@ -96,7 +97,7 @@ def test_training_fed_by_a_loader_and_synthetic_on_cpu(corpus, tmp_path):
     p = kitctl("report", final, "--plots", tmp_path / "plots", "--out", out)
     assert p.returncode == 0, p.stderr
     md = out.read_text()
-    assert "Which loader keeps the GPU busy" in md and "resnet18" in md and "of synthetic" in md
+    assert "Which loader keeps the trainer busy" in md and "resnet18" in md and "of synthetic" in md
     assert "Epoch starts inside timed windows** — resnet18 pytorch-dataloader" in md
     assert list((tmp_path / "plots").glob("*-train-e2e.png"))
     # A partial with the loader's cell left: --resume (its recorded configuration) runs exactly that one.
@@ -127,6 +128,10 @@ def test_verdict_names_the_loaders_within_the_rule():
     r50, r18 = verdict(doc)
     assert r50.startswith("resnet50: ffcv (97%) keeps the GPU busy") and "pytorch-dataloader" not in r50
     assert r18.startswith("resnet18: no loader keeps the GPU busy; the closest, ffcv, trains at 50%")
+    for c in doc["results"]:  # the same figures from a CPU run: no GPU to speak of
+        c["runs"] = [{"device": "cpu"}]
+    r50, r18 = verdict(doc)
+    assert r50.startswith("resnet50: ffcv (97%) keeps the trainer busy") and "GPU" not in r50 + r18
 
 
 @pytest.mark.parametrize("loader", ["webdataset", "ffcv"])

@@ -27,7 +27,9 @@ from .core.budget import Budget, BudgetError, make_budget
 from .core.datasets import DataError, resolve_cifar10
 from .core.engines import EngineError, parse_engines
 from .core.protocol import TrialRequest
-from .core.provenance import host_info, image_trial_code, kit_info, trial_code
+from .core.provenance import (HOST_CODE, changed_files, code_hash, host_info, image_trial_code, kit_info,
+                              trial_code, trial_paths)
+from .core.paths import kit_root
 from .core.signals import Interrupted
 from .errors import EXIT_INTERRUPTED, EXIT_USAGE, Fail, err
 from .runconfig import RunConfig, check_idle_threshold, check_timeout
@@ -35,7 +37,8 @@ from .runtimes.base import RuntimeUnavailable
 from .runtimes.runstate import sweep_local_orphans
 
 # What may accompany --resume: the rest is the partial's own configuration (README "Resume").
-RESUME_ACCEPTS = ("resume", "timeout", "gpu", "require_gpu_idle", "idle_threshold", "gpu_request")
+RESUME_ACCEPTS = ("resume", "timeout", "gpu", "require_gpu_idle", "idle_threshold", "gpu_request",
+                  "allow_code_change")
 
 
 class BenchmarkConfig(Protocol):
@@ -136,7 +139,7 @@ def make_runtime(name: str, engines: list, device: str, gpu_uuid: str | None, ru
                 return rt
             notes.extend(f"--runtime auto: using local ({why})" for why in fallback)
     try:
-        LocalRuntime.check(engines)
+        LocalRuntime.check(engines, python)
     except RuntimeUnavailable as exc:
         raise Fail(str(exc)) from None
     return LocalRuntime(gpu_uuid=gpu_uuid, python=python, memory_limit_mib=memory_limit, run_id=run_id)
@@ -297,9 +300,70 @@ def check_same_stack(doc: dict[str, Any], rt: Any, engines: list) -> None:
                            "a resume continues on the software it started with: start a new run")
 
 
+@dataclass(frozen=True)
+class CodeChange:
+    """Code that hashes otherwise now than when the partial recorded it: the host package (always),
+    a Python trial on the local runtime (Docker runs the image pinned by id, whose trial cannot change;
+    a compiled trial is compared by its build_info)."""
+
+    what: str                 # "kitctl (host/kitctl)" or "trial of pytorch-eager (trials/pytorch, trials/common)"
+    paths: tuple[str, ...]
+    old_sha256: str
+    new_sha256: str
+    files: tuple[str, ...]    # what git says changed under paths since the partial's commit; () unknown
+
+    def line(self) -> str:
+        which = ", ".join(self.files[:5]) + (f" and {len(self.files) - 5} more" if len(self.files) > 5 else "")
+        return (f"{self.what} changed since the partial was written ({which + '; ' if which else ''}"
+                f"sha256 {self.old_sha256[:12]} → {self.new_sha256[:12]})")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"what": self.what, "paths": list(self.paths), "old_sha256": self.old_sha256,
+                "new_sha256": self.new_sha256, "files": list(self.files)}
+
+
+def code_changes(doc: dict[str, Any], rt: Any, engines: list) -> list[CodeChange]:
+    """Every code hash the partial recorded that the checkout no longer gives. A partial without a
+    recorded hash (an image that holds no trial folder) has nothing to compare."""
+    since = (doc.get("kit") or {}).get("git_commit")
+    pairs: list[tuple[str, tuple[str, ...], Any, Any]] = []
+    recorded = (doc.get("kit") or {}).get("code") or {}
+    pairs.append((f"kitctl ({', '.join(HOST_CODE)})", HOST_CODE, recorded, code_hash(HOST_CODE)))
+    if rt.name != "docker":
+        for e in engines:
+            if e.native:
+                continue
+            old = (doc["engines"].get(e.name, {}).get("provenance") or {}).get("code") or {}
+            paths = trial_paths(e.name)
+            pairs.append((f"the trial of {e.name} ({', '.join(paths)})", paths, old, trial_code(e.name)))
+    out = []
+    for what, paths, old, now in pairs:
+        was = old.get("sha256") if isinstance(old, dict) else None
+        if isinstance(was, str) and was != now.sha256:
+            out.append(CodeChange(what, tuple(paths), was, now.sha256, changed_files(paths, since)))
+    return out
+
+
+def check_code(doc: dict[str, Any], rt: Any, engines: list, allow: bool) -> list[CodeChange]:
+    """A resume runs the code the partial ran, or says in one line what changed; with
+    --allow-code-change it goes on and the resume entry records old and new hashes (and the kit's
+    commit now), so the artifact never claims one code for cells measured by two."""
+    changes = code_changes(doc, rt, engines)
+    if changes and not allow:
+        raise Fail("--resume: " + "; ".join(c.line() for c in changes)
+                   + "; a resume continues on the code it started with — start a new run, "
+                   "or pass --allow-code-change to continue and record the change")
+    entry = doc["resumes"][-1]
+    now = kit_info()
+    entry["kit"] = {k: now[k] for k in ("git_commit", "git_dirty", "git_source")} | {"code": now["code"]}
+    if changes:
+        entry["code_changed"] = [c.to_json() for c in changes]
+    return changes
+
+
 def prepare(benchmark: str, config: Any, doc: dict[str, Any] | None, store: ArtifactStore | None,
             results_dir: Path, python: str | None, require_gpu_idle: bool, idle_threshold: float,
-            resume_gpu: str | None = None, gpu_request: str = "auto") -> Setup:
+            resume_gpu: str | None = None, gpu_request: str = "auto", allow_code_change: bool = False) -> Setup:
     """Engines refused or not, data, GPU, runtime, the artifact and its provenance (every benchmark).
     Raises Fail and friends: the caller turns them into one line, exit 2. Writes nothing: a new
     run's partial appears at its first save."""
@@ -335,6 +399,8 @@ def prepare(benchmark: str, config: Any, doc: dict[str, Any] | None, store: Arti
                           python, notes, request_kind, images=images)
         try:
             check_same_stack(doc, rt, plan_engines)
+            for c in check_code(doc, rt, plan_engines, allow_code_change):
+                notes.append(f"--allow-code-change: {c.line()}; recorded in the artifact's resume entry")
         except BaseException:
             rt.close()
             raise
@@ -375,15 +441,28 @@ def _resolve_python(python: str | None) -> str | None:
     return os.path.abspath(found)
 
 
+def check_kit_home() -> None:
+    """KITCTL_HOME must name a kit checkout: elsewhere every trial is missing and the code hash is
+    that of an empty tree, which a run recorded as "crash then crash"."""
+    home = os.environ.get("KITCTL_HOME")
+    # A Docker-only home may hold compose.yaml alone; the local runtime checks each trial's file.
+    if home and not ((kit_root() / "trials").is_dir() or (kit_root() / "compose.yaml").is_file()):
+        raise Fail(f"KITCTL_HOME={home} is not a kit checkout (neither trials/ nor compose.yaml there); unset "
+                   "it or point it at the kit's root")
+
+
 def start(benchmark: str, given: list[tuple[str, str]], resume: Path | None, timeout: float | None,
           gpu: str | None, results_dir: Path, python: str | None, require_gpu_idle: bool, idle_threshold: float,
-          new_config: Callable[[], Any], gpu_request: str = "auto") -> Setup:
+          new_config: Callable[[], Any], gpu_request: str = "auto", allow_code_change: bool = False) -> Setup:
     """A run command's start, new or resumed; bad input is one line and exit 2, nothing written."""
     store: ArtifactStore | None = None
     ready = False
     try:
         signals.check()
+        check_kit_home()
         check_idle_threshold(idle_threshold)
+        if allow_code_change and resume is None:
+            raise Fail("--allow-code-change applies only with --resume")
         if resume is not None:
             refuse_beside_resume(given)
             store, doc, recorded = open_resume(resume, timeout)  # holds the partial's lock from here
@@ -392,7 +471,7 @@ def start(benchmark: str, given: list[tuple[str, str]], resume: Path | None, tim
             python = _resolve_python(python)
             doc, config = None, new_config()
         s = prepare(benchmark, config, doc, store, results_dir, python, require_gpu_idle, idle_threshold,
-                    resume_gpu=gpu, gpu_request=gpu_request)
+                    resume_gpu=gpu, gpu_request=gpu_request, allow_code_change=allow_code_change)
         try:
             s.gpus = open_gpus(s, getattr(s.config, "gpus", None), require_gpu_idle, idle_threshold)
         except BaseException:

@@ -81,6 +81,10 @@ O_RESULTS_DIR = typer.Option(Path("results"), help="Where artifacts are written.
 O_RESUME = typer.Option(None, help="Continue the run in this .partial.json, with its own configuration, runtime, "
                         "image or interpreter; beside it only --timeout, --gpu, --require-gpu-idle and "
                         "--idle-threshold are accepted (and --gpu-request, checked against the partial's).")
+O_ALLOW_CODE_CHANGE = typer.Option(False, "--allow-code-change",
+                                   help="With --resume: continue although the kit's or the trial's code hashes "
+                                   "otherwise than the partial recorded (refused without it); the resume entry "
+                                   "records the old and new hashes.")
 O_GPU_REQUEST = typer.Option(GpuRequestName.auto, help="How Docker attaches the GPU: toolkit (NVIDIA Container "
                              "Toolkit, --gpus style), cdi (nvidia.com/gpu=UUID) or auto (probe once: what works).")
 
@@ -131,6 +135,12 @@ class RunConfig:
             raise Fail("--memory-limit applies to --device cpu; on a GPU use --vram-limit")
         if memory_limit is not None:
             _check_memory_limit(memory_limit)
+        # A flag that cannot apply is refused, never recorded as if it had been used.
+        if device == "cpu" and gpu is not None:
+            raise Fail(f"--gpu {gpu} applies to --device cuda; a --device cpu run uses no GPU")
+        if gpu_request not in (None, "auto") and (runtime == "local" or device == "cpu"):
+            where = "--runtime local" if runtime == "local" else "--device cpu"
+            raise Fail(f"--gpu-request {gpu_request} is how Docker attaches a GPU; it does not apply with {where}")
         if reserve < 0:
             raise Fail(f"--reserve must be ≥ 0 (got {reserve})")
         if vram_limit is not None and vram_limit <= 0:

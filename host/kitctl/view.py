@@ -7,6 +7,7 @@ from typing import Any, TextIO
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from .core.outcome import TrialOutcome
@@ -31,6 +32,15 @@ def _done_text(o: TrialOutcome, what: str) -> str:
     return "stopped, the search no longer needs it" if what == CANCELLED else _state_text(o)
 
 
+def _cause_text(o: TrialOutcome, what: str) -> str:
+    """ — and why, for a candidate that crashed, erred or timed out (a memory failure is the
+    search's expected answer and says enough by its status)."""
+    if what == CANCELLED or o.passed or o.status.is_memory_failure:
+        return ""
+    cause = o.cause
+    return f" — {cause}" if cause else ""
+
+
 def _state_text(o: TrialOutcome) -> str:
     s = o.status.value
     if o.killed_by.value != "none":
@@ -52,7 +62,7 @@ class PlainView:
 
     def candidate_done(self, engine: str, precision: str, o: TrialOutcome, what: str) -> None:
         self._p(f"[{time.strftime('%H:%M:%S')}] {engine} {precision} batch {o.batch} ({what}): "
-                f"{_done_text(o, what)}, peak {_peak_text(o)} MiB, {o.elapsed_s:.1f} s")
+                f"{_done_text(o, what)}, peak {_peak_text(o)} MiB, {o.elapsed_s:.1f} s{_cause_text(o, what)}")
 
     def note(self, text: str) -> None:
         self._p(text)
@@ -91,7 +101,8 @@ class LiveView:
     def candidate_done(self, engine: str, precision: str, o: TrialOutcome, what: str) -> None:
         style = "dim" if what == CANCELLED else "green" if o.passed else (
             "yellow" if o.status.is_memory_failure else "red")
-        self.rows[-1] = [engine, precision, f"{o.batch:,}", what, f"[{style}]{_done_text(o, what)}[/{style}]",
+        self.rows[-1] = [engine, precision, f"{o.batch:,}", what,
+                         f"[{style}]{escape(_done_text(o, what) + _cause_text(o, what))}[/{style}]",
                          _peak_text(o), f"{o.elapsed_s:.1f}"]
         self.started = None
         self.live.refresh()

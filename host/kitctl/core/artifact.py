@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from . import signals
+from .fileio import NotRegularFile, read_regular
 from .paths import schema_path
 
 SCHEMA_VERSION = 1
@@ -140,8 +141,18 @@ class ArtifactStore:
         """A new run's store, nothing written yet; refuses now a folder that cannot be written."""
         results_dir = Path(results_dir)
         probe = results_dir
-        while not probe.exists() and probe != probe.parent:
-            probe = probe.parent
+        try:  # exists() raises, not answers, for a name the file system cannot hold (ENAMETOOLONG)
+            while not probe.exists() and probe != probe.parent:
+                probe = probe.parent
+            name_max = os.pathconf(probe, "PC_NAME_MAX") if probe.is_dir() else 255
+        except OSError as exc:
+            raise ArtifactError(f"cannot write artifacts under {results_dir}: {exc.strerror or exc}") from None
+        missing = results_dir.parts[len(probe.parts):]
+        too_long = next((p for p in missing if len(os.fsencode(p)) > name_max), None)
+        if too_long is not None:
+            raise ArtifactError(f"cannot write artifacts under {results_dir}: "
+                                f"a folder name of {len(os.fsencode(too_long))} bytes, above the {name_max} "
+                                "this file system allows")
         if not probe.is_dir():
             raise ArtifactError(f"cannot write artifacts under {results_dir}: {probe} is not a directory")
         if not os.access(probe, os.W_OK | os.X_OK):
@@ -260,6 +271,25 @@ def _lock_path(partial: Path) -> Path:
     return partial.with_name(partial.name + ".lock")
 
 
+def being_written(partial: Path) -> bool:
+    """Whether a live kitctl holds the partial's lock. A writer holds it from its first write to its
+    last, and the kernel drops it when the process dies however it dies: a "running" partial whose
+    lock nobody holds was left by a process that is gone. Looks without creating anything."""
+    try:
+        fd = os.open(_lock_path(partial), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False  # no lock file: no writer (or it cannot be known here)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # closing drops the shared lock this look may have taken
+    return False
+
+
 def _release(partial: Path, fd: int | None) -> None:
     """Remove the lock file (while still holding it: see `_lock`) and drop the lock."""
     if fd is None:
@@ -275,7 +305,9 @@ def _release(partial: Path, fd: int | None) -> None:
 def load(path: Path) -> dict[str, Any]:
     """Read and validate an artifact (final or partial); one clear line on any problem."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_regular(Path(path)).decode("utf-8")
+    except NotRegularFile as exc:
+        raise ArtifactError(str(exc)) from None
     except OSError as exc:
         raise ArtifactError(f"cannot read {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +66,13 @@ class MemoryPeaks:
     release_s: float | None = None  # after a VRAM-gate kill: seconds until the card was back at the baseline
 
 
+# The line a dying Python process ends its traceback with ("ModuleNotFoundError: No module named
+# 'torch'"), or a program's own "error: …" line.
+_CAUSE_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b|(?:fatal )?error\b|Fatal\b|FATAL\b)",
+                         re.IGNORECASE)
+CAUSE_CHARS = 240
+
+
 @dataclass
 class TrialOutcome:
     """What one candidate run produced, whichever runtime started it."""
@@ -86,6 +94,22 @@ class TrialOutcome:
     @property
     def passed(self) -> bool:
         return self.status is Status.OK
+
+    @property
+    def cause(self) -> str | None:
+        """One line saying why a candidate that did not pass failed, for the terminal and the cell's
+        reason (the whole stays in error and stderr_tail): what the trial reported, else the
+        exception or error line its stderr ends with, else the kit's own finding."""
+        if self.passed:
+            return None
+        reported = (self.result or {}).get("error") if isinstance(self.result, dict) else None
+        lines = [x.strip() for x in self.stderr_tail.splitlines() if x.strip()]
+        said = next((x for x in reversed(lines) if _CAUSE_LINE.match(x)), None)
+        for text in (reported, said, self.error):
+            if isinstance(text, str) and text.strip():
+                line = text.strip().splitlines()[0]
+                return line if len(line) <= CAUSE_CHARS else line[:CAUSE_CHARS - 1] + "…"
+        return None
 
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

@@ -209,6 +209,24 @@ def git_state(root: Path | None = None) -> GitState:
     return read_stamp(root) or GitState(None, None, None)
 
 
+def changed_files(paths: Sequence[str], since: str | None, root: Path | None = None) -> tuple[str, ...]:
+    """The files under `paths` that differ now from commit `since` (committed or not, new or
+    deleted): what a changed code hash is made of. Empty where git cannot say (no .git, unknown
+    commit); the hashes still say that something changed."""
+    root = root or kit_root()
+    if not since or not _COMMIT_RE.fullmatch(since):
+        return ()
+    top = _git(root, "rev-parse", "--show-toplevel")
+    if not top or Path(top).resolve() != root.resolve():
+        return ()
+    diff = _git(root, "diff", "--name-only", since, "--", *paths)
+    new = _git(root, "ls-files", "--others", "--exclude-standard", "--", *paths)
+    if diff is None:
+        return ()
+    names = {*diff.splitlines(), *(new or "").splitlines()}
+    return tuple(sorted(n for n in names if n and not _skipped(n)))
+
+
 def write_stamp(path: Path | None = None, root: Path | None = None) -> Path:
     """Here, where .git is: record the commit, the dirty flag and the code hash for a copy of
     the tree that travels without .git."""

@@ -148,15 +148,22 @@ def results_list(
     folder: Path = typer.Argument(Path("results"), help="Folder holding result files (default: results/)."),
 ) -> None:
     """Every result file in a folder: benchmark, date, GPU, engines, headline, state."""
-    from .results_list import list_results
+    from .results_list import is_result, list_results
 
     try:
-        entries = list_results(folder)
+        listed = list_results(folder)
     except ArtifactError as exc:
         _fail(str(exc))
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    entries = [e for e in listed if is_result(e)]
+    others = [e for e in listed if not is_result(e)]
+    # After the table (or alone): what else ends in .json here, and why it is no result.
+    apart = (f"not results ({len(others)}): " + "; ".join(f"{e.name}: {e.state}, {e.headline}" for e in others)
+             if others else None)
     if not entries:
         console.print(f"no result files in {folder}", markup=False)
+        if apart:
+            console.print(apart, markup=False, soft_wrap=True)
         return
     t = Table(title=f"Results in {folder}")
     for col in ("File", "Benchmark", "Date", "GPU", "Engines", "Headline", "State"):
@@ -165,6 +172,8 @@ def results_list(
         t.add_row(e.name, e.benchmark, e.date, e.gpu, e.engines, e.headline,
                   f"[red]{e.state}[/]" if e.state == "unreadable" else e.state)
     console.print(t)
+    if apart:
+        console.print(apart, markup=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -216,9 +216,42 @@ def _context(old: Source, new: Source) -> list[str]:
             fw = ov.get("framework") or nv.get("framework")
             if fw and ov.get(fw) and nv.get(fw) and ov.get(fw) != nv.get(fw):
                 diffs.append(f"{engine_label(name)} {fw} ({ov[fw]} vs {nv[fw]})")
+    if old.kind == KITCTL and new.kind == KITCTL:
+        diffs += _provenance_diffs(old, new)
     if old.state != new.state and "reference" not in (old.state, new.state):
         diffs.append(f"state ({old.state} vs {new.state})")
     return diffs
+
+
+# Settings that leave the measurement the same kind but may move its figures: the search strategy (the
+# boundary it resolves is the same by construction, the candidates it tried are not), the seed, and
+# the corpus a data benchmark read (its path; its seed where recorded).
+_CONTEXT_SETTINGS = ("strategy", "seed", "corpus", "corpus_seed")
+
+
+def _provenance_diffs(old: Source, new: Source) -> list[str]:
+    """The kit's commit (and whether its tree was edited) and the settings above, where they differ."""
+    oc, nc = old.doc.get("configuration") or {}, new.doc.get("configuration") or {}
+    out = [f"{k} ({oc[k]} vs {nc[k]})" for k in _CONTEXT_SETTINGS
+           if oc.get(k) is not None and nc.get(k) is not None and oc[k] != nc[k]]
+
+    def commit(doc: dict[str, Any]) -> str | None:
+        kit = doc.get("kit") or {}
+        c = kit.get("git_commit")
+        if not isinstance(c, str):
+            return None
+        return c[:10] + (" (edited)" if kit.get("git_dirty") else "")
+
+    oc_, nc_ = commit(old.doc), commit(new.doc)
+    if (oc_ or nc_) and oc_ != nc_:
+        out.append(f"kit commit ({oc_ or 'not recorded'} vs {nc_ or 'not recorded'})")
+    return out
+
+
+def _unfinished(row: Any) -> bool:
+    """A row of a cell its run had not finished (a partial artifact's): a lower figure than a finished
+    one's is no regression and a higher one no improvement."""
+    return row is not None and getattr(row, "state", "done") not in ("done", None)
 
 
 def _kind(s: Source) -> str:
@@ -261,13 +294,25 @@ def compare(old: Source, new: Source, threshold_pct: float = 5.0, force: bool = 
     o_rows = {(r.engine, r.precision): r for r in comparer.rows(old)}
     n_rows = {(r.engine, r.precision): r for r in comparer.rows(new)}
     fn, text = comparer.change, comparer.text
+    if o_rows and n_rows and not set(o_rows) & set(n_rows):
+        cells = bench.cell_heads  # e.g. Engine × Precision
+        cmp.incomparable.append(f"no {' × '.join(cells).lower()} cell in common "
+                                f"(OLD: {_cells(o_rows)}; NEW: {_cells(n_rows)})")
     for key in dict.fromkeys([*o_rows, *n_rows]):
         o, n = o_rows.get(key), n_rows.get(key)
         change, flag, reg, note = fn(o, n, threshold_pct)
+        if flag in ("improvement", "regression") and (_unfinished(o) or _unfinished(n)):
+            which = " and ".join(w for w, r in (("OLD", o), ("NEW", n)) if _unfinished(r))
+            flag, reg, note = "not comparable", False, f"{which} unfinished (partial artifact)"
         if cmp.not_comparable and o is not None and n is not None:
             flag, reg, note = "not comparable", False, "the results measure different things (see above)"
         cmp.changes.append(Change(key[0], key[1], text(o), text(n), change, flag, reg, note))
     return cmp
+
+
+def _cells(rows: dict[tuple[str, str], Any], most: int = 4) -> str:
+    names = [f"{engine_label(e)} {p}" for e, p in rows]
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 def pct_text(p: float | None) -> str:

@@ -14,6 +14,7 @@ from .. import benchmarks
 from ..core import artifact as art
 from . import reference
 from ..core.artifact import ArtifactError
+from ..core.fileio import NotRegularFile, read_regular
 from ..core.recorded import RecordedConfig
 
 if TYPE_CHECKING:  # the row types the benchmarks fill in (through Benchmark.load_rows)
@@ -101,7 +102,9 @@ class Source:
 
 def _read_json(path: Path) -> Any:
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_regular(Path(path)).decode("utf-8")
+    except NotRegularFile as exc:
+        raise ArtifactError(str(exc)) from None
     except IsADirectoryError:
         raise ArtifactError(f"{path} is a directory, not a result file") from None
     except OSError as exc:

@@ -95,6 +95,42 @@ def _preexec(limit_mib: int | None):
     return apply
 
 
+# What each Python trial imports before it can say anything (its KIT-RESULT line): an interpreter
+# that lacks one is refused before the run, not recorded as "crash then crash".
+TRIAL_MODULES = {"pytorch": ("numpy", "torch"), "tensorflow": ("numpy", "tensorflow", "keras"),
+                 "jax": ("numpy", "jax", "jaxlib", "flax", "optax")}
+PROBE_MARK = "kitctl-probe"
+# find_spec looks the modules up without importing them (torch's import alone takes seconds).
+_PROBE = (f"import importlib.util as u, sys; print({PROBE_MARK!r}, "
+          "*[m for m in sys.argv[1:] if u.find_spec(m) is None])")
+PROBE_TIMEOUT_S = 60
+
+
+def check_python(engines, python: str, given: bool = True) -> None:
+    """RuntimeUnavailable (one line) unless `python` runs Python and finds every module the engines'
+    trials import."""
+    if not engines:
+        return
+    modules = list(dict.fromkeys(m for e in engines for m in TRIAL_MODULES.get(e.trial, ())))
+    who = f"--python {python}" if given else f"the interpreter {python}"
+    try:
+        r = subprocess.run([python, "-c", _PROBE, *modules], capture_output=True, text=True, errors="replace",
+                           stdin=subprocess.DEVNULL, timeout=PROBE_TIMEOUT_S)
+    except OSError as exc:
+        raise RuntimeUnavailable(f"{who}: cannot run it ({exc.strerror or exc})") from None
+    except subprocess.TimeoutExpired:
+        raise RuntimeUnavailable(f"{who}: no answer to a one-line Python probe in {PROBE_TIMEOUT_S} s") from None
+    said = next((x.split()[1:] for x in r.stdout.splitlines() if x.split()[:1] == [PROBE_MARK]), None)
+    if r.returncode != 0 or said is None:
+        first = next((x.strip() for x in r.stderr.splitlines() if x.strip()), None)
+        raise RuntimeUnavailable(f"{who} is not a Python interpreter a trial can run with "
+                                 f"({first or f'exit code {r.returncode}, no answer to a Python probe'})")
+    if said:
+        users = ", ".join(e.name for e in engines if set(TRIAL_MODULES.get(e.trial, ())) & set(said))
+        raise RuntimeUnavailable(f"{who} lacks the module(s) {', '.join(said)} that {users} import(s); "
+                                 "install them there, or pass another --python")
+
+
 class LocalRuntime(Runtime):
     name = "local"
 
@@ -124,8 +160,15 @@ class LocalRuntime(Runtime):
         return [self.python, str(trial_script(request.engine)), *request.argv()]
 
     @staticmethod
-    def check(engines) -> None:
-        """A compiled trial must be built before a run starts (one line, not a crash per candidate)."""
+    def check(engines, python: str | None = None) -> None:
+        """A compiled trial must be built, a Python trial's file be there and its interpreter hold
+        what the trial imports, before a run starts (one line, not a crash per candidate)."""
+        for e in engines:
+            if not e.native and not trial_script(e.name).is_file():
+                home = os.environ.get("KITCTL_HOME")
+                raise RuntimeUnavailable(f"engine {e.name}: no trial at {trial_script(e.name)}"
+                                         + (f" (KITCTL_HOME={home} is not a kit checkout)" if home else ""))
+        check_python([e for e in engines if not e.native], python or sys.executable, given=python is not None)
         for e in engines:
             if e.native and not os.access(native_trial(e.name), os.X_OK):
                 raise RuntimeUnavailable(

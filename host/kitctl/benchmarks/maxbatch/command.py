@@ -12,7 +12,7 @@ from ... import launch
 from ...core.search import STRATEGIES
 from ...errors import EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, Fail, err
 from ...runtimes.base import RuntimeUnavailable
-from ...runconfig import (O_CUDNN, O_DATA_DIR, O_DATASET, O_DEVICE, O_ENGINES, O_GPU, O_GPU_REQUEST,
+from ...runconfig import (O_ALLOW_CODE_CHANGE, O_CUDNN, O_DATA_DIR, O_DATASET, O_DEVICE, O_ENGINES, O_GPU, O_GPU_REQUEST,
                           O_IDLE_THRESHOLD, O_IMAGE_SIZE, O_MEMORY_LIMIT, O_PRECISION, O_PYTHON, O_REQUIRE_IDLE, O_RESERVE,
                           O_RESULTS_DIR, O_RESUME, O_RUNTIME, O_TIMEOUT, O_VRAM_LIMIT, Dataset, Device,
                           GpuRequestName, Precision, RuntimeName)
@@ -44,6 +44,7 @@ def maxbatch(
     python: Optional[str] = O_PYTHON,
     results_dir: Path = O_RESULTS_DIR,
     resume: Optional[Path] = O_RESUME,
+    allow_code_change: bool = O_ALLOW_CODE_CHANGE,
     gpu_request: GpuRequestName = O_GPU_REQUEST,
     gpus: Optional[str] = typer.Option(None, help="Several GPUs of this host, e.g. 0,1 or all: cells run side "
                                        "by side, one per GPU, each GPU with its own baseline, sampler, "
@@ -67,7 +68,7 @@ def maxbatch(
                                                        data_dir, cudnn_benchmark, memory_limit, calibration_batch,
                                                        strategy, gpu, gpu_request.value, gpus, cluster,
                                                        gpu_model, speculate, image_size=image_size),
-                     gpu_request=gpu_request.value)
+                     gpu_request=gpu_request.value, allow_code_change=allow_code_change)
     cfg: MaxbatchConfig = s.config
     plan = RunPlan(engines=s.engines, precisions=list(cfg.run.precisions),
                    base_request=launch.base_request("maxbatch", cfg.run, batch=1), search=cfg.search,

@@ -35,11 +35,14 @@ def _maxbatch_change(o: Row | None, n: Row | None, thr: float) -> tuple[float | 
 def _maxbatch_flag(o: Row, n: Row, thr: float) -> tuple[float | None, str, bool, str]:
     o_cap, n_cap = o.has_figure, n.has_figure
     n_done = n.search_status is not None
+    o_done = o.search_status is not None or o.reference_claim
     if o_cap and not n_cap:
         if not n_done:
             return None, "not comparable", False, "NEW is unfinished (partial artifact)"
         return -100.0, "regression", True, f"NEW has no capacity: {n.result}"
     if not o_cap:
+        if not o_done:  # an interrupted search has no capacity yet: a finished one is no improvement on it
+            return None, "not comparable", False, "OLD is unfinished (partial artifact)"
         if n_cap:
             return None, "improvement", False, f"OLD had no capacity: {o.result}"
         return None, "not comparable", False, "no capacity in either"

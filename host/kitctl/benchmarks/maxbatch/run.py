@@ -452,6 +452,14 @@ class Runner(UnitRunner):
 
     def _finish(self, cell: dict[str, Any], status: SearchStatus, max_batch: int | None,
                 next_batch: int | None, reason: str) -> None:
+        if status is SearchStatus.INVALID and cell["trials"]:
+            # The cause beside the verdict: "crash then crash" alone sent users to stderr_tail.
+            try:
+                cause = TrialOutcome.from_json(cell["trials"][-1]).cause
+            except (KeyError, TypeError, ValueError):  # a hand-edited partial: the verdict stands alone
+                cause = None
+            if cause and cause not in reason:
+                reason = f"{reason} — {cause}"
         with self._lock:
             cell.update(state="done", search_status=status.value, max_batch=max_batch,
                         next_batch=next_batch, reason=reason)

@@ -9,7 +9,7 @@ from rich.console import Console
 
 from ... import launch
 from ...errors import EXIT_INCOMPLETE, EXIT_OK
-from ...runconfig import (O_CUDNN, O_DATA_DIR, O_DATASET, O_DEVICE, O_ENGINES, O_GPU, O_GPU_REQUEST,
+from ...runconfig import (O_ALLOW_CODE_CHANGE, O_CUDNN, O_DATA_DIR, O_DATASET, O_DEVICE, O_ENGINES, O_GPU, O_GPU_REQUEST,
                           O_IDLE_THRESHOLD, O_IMAGE_SIZE, O_MEMORY_LIMIT, O_PRECISION, O_PYTHON, O_REQUIRE_IDLE, O_RESERVE,
                           O_RESULTS_DIR, O_RESUME, O_RUNTIME, O_TIMEOUT, O_VRAM_LIMIT, Dataset, Device,
                           GpuRequestName, Precision, RuntimeName)
@@ -55,6 +55,7 @@ def throughput(
     python: Optional[str] = O_PYTHON,
     results_dir: Path = O_RESULTS_DIR,
     resume: Optional[Path] = O_RESUME,
+    allow_code_change: bool = O_ALLOW_CODE_CHANGE,
     gpu_request: GpuRequestName = O_GPU_REQUEST,
 ) -> None:
     """Steady-state training images/s at one batch, per engine and precision, over fresh runs."""
@@ -70,7 +71,7 @@ def throughput(
                                                          window_images=window_images, window_seconds=window_seconds,
                                                          steady_tolerance=steady_tolerance,
                                                          max_warmup_seconds=max_warmup_seconds),
-                     gpu_request=gpu_request.value)
+                     gpu_request=gpu_request.value, allow_code_change=allow_code_change)
     cfg: ThroughputConfig = s.config
     base = launch.base_request("throughput", cfg.run, **cfg.request_fields())
     plan = ThroughputPlan(engines=s.engines, precisions=list(cfg.run.precisions), base_request=base, runs=cfg.runs,

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...datarun import cell_caveats, partial_caveat
 from ...reports.format import table
-from .table import KEEPS_BUSY, has_window_rule, table_rows, verdict
+from .table import KEEPS_BUSY, busy_what, has_window_rule, table_rows, verdict
 
 if TYPE_CHECKING:
     from ...reports.sources import Source
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 def result_table(src: Source) -> list[str]:
     head, body = table_rows(src.doc)
-    return [*table(head, body, right=set(range(2, len(head)))), "", "**Which loader keeps the GPU busy**", "",
+    return [*table(head, body, right=set(range(2, len(head)))), "", f"**Which loader keeps the {busy_what(src.doc)} busy**", "",
             *[f"- {line}" for line in verdict(src.doc)]]
 
 

@@ -35,8 +35,17 @@ def rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def busy_what(doc: dict[str, Any]) -> str:
+    """What a loader keeps busy: the GPU; on a CPU run (every run recorded device cpu, or the run was
+    asked for the CPU) the trainer, since there is no GPU to speak of."""
+    devices = {r.get("device") for c in doc["results"] for r in c.get("runs", []) if r.get("device")}
+    asked = (doc.get("configuration") or {}).get("device")
+    return "trainer" if devices == {"cpu"} or (not devices and asked == "cpu") else "GPU"
+
+
 def verdict(doc: dict[str, Any]) -> list[str]:
     """One sentence per model: the loaders within KEEPS_BUSY of synthetic, or the closest one and its share."""
+    what = busy_what(doc)
     out = []
     by_model: dict[str, list[dict[str, Any]]] = {}
     for r in rows(doc):
@@ -50,11 +59,11 @@ def verdict(doc: dict[str, Any]) -> list[str]:
         keep = [r for r in real if r["of_synthetic"] >= KEEPS_BUSY]
         if keep:
             names = ", ".join(f"{r['loader']} ({r['of_synthetic']:.0%})" for r in sorted(keep, key=lambda r: -r["train"]))
-            out.append(f"{model}: {names} keep{'s' if len(keep) == 1 else ''} the GPU busy (≥ {KEEPS_BUSY:.0%} of "
+            out.append(f"{model}: {names} keep{'s' if len(keep) == 1 else ''} the {what} busy (≥ {KEEPS_BUSY:.0%} of "
                        f"synthetic's {up:,.1f} training images/s)")
         else:
             best = max(real, key=lambda r: r["train"])
-            out.append(f"{model}: no loader keeps the GPU busy; the closest, {best['loader']}, trains at "
+            out.append(f"{model}: no loader keeps the {what} busy; the closest, {best['loader']}, trains at "
                        f"{best['of_synthetic']:.0%} of synthetic's {up:,.1f} images/s (busy {best['busy']:.0%})")
     return out
 
@@ -75,7 +84,7 @@ def has_window_rule(doc: dict[str, Any]) -> bool:
 def table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     if has_window_rule(doc):
         return window_table_rows(doc)
-    head = ["Model", "Loader", "training images/s (median)", "interval", "of synthetic", "GPU busy",
+    head = ["Model", "Loader", "training images/s (median)", "interval", "of synthetic", f"{busy_what(doc)} busy",
             "loader alone images/s", "runs"]
     body = []
     for r in rows(doc):
@@ -93,7 +102,7 @@ def window_table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """Under the window rule: the loader alone's steady figure beside training images/s, its start-up apart and
     its window's steadiness."""
     head = ["Model", "Loader", "training images/s (median)", "interval", "loader alone images/s (steady)",
-            "loader start-up s", "loader steady", "of synthetic", "GPU busy", "runs"]
+            "loader start-up s", "loader steady", "of synthetic", f"{busy_what(doc)} busy", "runs"]
     body = []
     for r in rows(doc):
         if r["status"] != "ok":
