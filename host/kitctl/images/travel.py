@@ -87,10 +87,10 @@ def lock_hashes(compose: Compose, service: str, variant: str | None) -> tuple[Lo
     for key, value in sorted(args.items()):
         if not key.endswith("LOCK") or not value:
             continue
-        f = svc.dockerfile_path.parent / value
+        f = (svc.context / svc.dockerfile).parent / value  # not resolved: named as the build context names it
         if f.is_file():
             try:
-                rel = str(f.relative_to(svc.context))
+                rel = os.path.normpath(f.relative_to(svc.context))
             except ValueError:
                 rel = str(f)
             out.append(LockHash(rel, hashlib.sha256(f.read_bytes()).hexdigest()))
