@@ -189,6 +189,7 @@ def normalize(client: Any, image: str, epoch: int, *, base: str | None = None,
         config.pop("container_config", None)  # the build container's ID and hostname
         if isinstance(config.get("config"), dict):
             config["config"]["Hostname"] = ""
+            config["config"]["Image"] = ""  # the builder's previous step's image ID: a timestamp in disguise
         config["created"] = iso(epoch)
         for h in config.get("history") or []:
             h["created"] = iso(epoch)
