@@ -9,13 +9,17 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 services=("$@"); [[ ${#services[@]} -gt 0 ]] || services=(pytorch)
-home=$(mktemp -d /tmp/kitctl-repro-home.XXXXXX)
+# The build context is the home: hard links of images/ and trials/ (a symlink would not be sent to
+# the daemon), under build/ (git-ignored, on the checkout's file system).
+mkdir -p "$ROOT/build"
+home=$(mktemp -d "$ROOT/build/repro-home.XXXXXX")
 cleanup() {
   for s in "${services[@]}"; do docker image rm -f "kitctl-repro/$s:ci" >/dev/null 2>&1 || true; done
   rm -rf "$home"
 }
 trap cleanup EXIT
-ln -s "$ROOT/trials" "$home/trials"; ln -s "$ROOT/images" "$home/images"
+cp -al "$ROOT/trials" "$ROOT/images" "$ROOT/.dockerignore" "$home/"
+find "$home" -name __pycache__ -prune -exec rm -rf {} +
 sed -E 's#^( +image: )kitctl/([a-z-]+):ci$#\1kitctl-repro/\2:ci#' "$ROOT/compose.yaml" > "$home/compose.yaml"
 export SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-$(git -C "$ROOT" log -1 --format=%ct)}"
 log="${KITCTL_CHECK_LOG:-/dev/null}"
