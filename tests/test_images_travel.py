@@ -34,8 +34,9 @@ TEST_REPO = f"kitctl-test-travel/pytorch-{os.getpid()}"
 
 
 def kitctl(*args, home: Path | None = None, env=None, timeout=900):
-    e = {**os.environ, "PYTHONPATH": str(ROOT / "host"), "KITCTL_COMPOSE": "kitctl", **(env or {})}
-    e.pop("KITCTL_IMAGE_VARIANT", None)
+    e = {**os.environ, "PYTHONPATH": str(ROOT / "host"), "KITCTL_COMPOSE": "kitctl"}
+    e.pop("KITCTL_IMAGE_VARIANT", None)  # only what a test passes
+    e.update(env or {})
     if home is not None:
         e["KITCTL_HOME"] = str(home)
     return subprocess.run([*ENTRY, *args], capture_output=True, text=True, timeout=timeout, env=e)
