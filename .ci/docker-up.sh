@@ -102,4 +102,7 @@ fi
 bash "$ROOT/.ci/cdi-dockerd.sh" fetch
 # 7. the same for the jax image (jax/jaxlib CPU, flax, optax and their deps) ------------------
 "$ROOT/images/jax/fetch-cpu-wheels.sh"
+# 8. Docker Compose v2 and buildx CLI plugins from Debian trixie, not installed (tests/test_compose_v2.py
+#    points DOCKER_CONFIG at them; .ci/compose-buildx.sh) ------------------------------------------
+bash "$ROOT/.ci/compose-buildx.sh"
 log "ready: $(docker version --format 'docker {{.Server.Version}}'), base $BASE_IMAGE"

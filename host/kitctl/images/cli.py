@@ -1,12 +1,12 @@
-"""`kitctl images build|list|push|pull`: the engine images compose.yaml names, through the Docker SDK.
+"""`kitctl images build|list|push|pull|save|load`: the engine images compose.yaml names, through the Docker SDK.
 
 ENGINE-or-SERVICE arguments name a compose.yaml service (`pytorch`) or an engine it serves
 (`pytorch-eager`, via the service's `x-kitctl.engines`); none means every service. `--variant`
 (default: env KITCTL_IMAGE_VARIANT) picks a build variant's image, e.g. CI's `cpu-ci`
 (kitctl/pytorch:ci), the image `kitctl run` then uses.
 
-Exit codes: 0 done; 2 bad input, no daemon, a failed build/push/pull (one line on stderr,
-a failed build adds its log's tail).
+Exit codes: 0 done; 1 `build --check-reproducible` found two builds that differ; 2 bad input,
+no daemon, a failed build/push/pull/save/load (one line on stderr, a failed build adds its log's tail).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from .store import ImageError
 EXIT_OK, EXIT_USAGE = 0, 2
 
 images_app = typer.Typer(no_args_is_help=True,
-                         help="Build, list, push and pull the engine images that compose.yaml names.")
+                         help="Build, list, push, pull, save and load the engine images that compose.yaml names.")
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -116,14 +116,24 @@ def build(
     network: Optional[str] = typer.Option(None, "--network", envvar="KITCTL_BUILD_NETWORK",
                                           help="Network of the build's RUN steps, e.g. none on a daemon "
                                                "started without a bridge (default: the daemon's)."),
+    reproducible: bool = typer.Option(False, "--reproducible",
+                                      help="SOURCE_DATE_EPOCH (env, else the last commit's time) into the build, "
+                                           "BUILD_DATE = that time, timestamps rewritten after it: the image ID "
+                                           "depends on the inputs only."),
+    check_reproducible: bool = typer.Option(False, "--check-reproducible",
+                                            help="Build each image twice from a clean cache (--reproducible) and "
+                                                 "compare the IDs; name the layers and files that differ (exit 1)."),
 ) -> None:
-    """Build engine images from compose.yaml (the same images `docker compose build` makes)."""
+    """Build engine images from compose.yaml (the files `docker compose build` reads; the classic builder)."""
     from .compose import ComposeError, provenance_build_args
+    from . import repro
     from ..runtimes.base import RuntimeUnavailable
     from ..runtimes.docker import ImageBuildError, build_image
 
     console = Console(highlight=False)
     variant = variant or None
+    reproducible = reproducible or check_reproducible
+    epoch: int | None = None
     try:
         compose = store.open_compose()
         services = _targets(compose, names, variant)
@@ -131,13 +141,19 @@ def build(
         specs = []
         for svc in services:
             context = compose.service(svc).context
-            overrides = {**provenance_build_args(context), **user_args}
+            overrides = dict(provenance_build_args(context))
+            if reproducible:
+                epoch = repro.source_date_epoch(context)
+                overrides.update(repro.reproducible_build_args(context, epoch))
+            overrides.update(user_args)
             specs.append(compose.build_spec(svc, variant=variant, overrides=overrides))
         client = store.open_client()
     except (ImageError, ComposeError) as exc:
         raise _fail(str(exc))
+    differing = 0
+    builds: dict[str, Any] = {}  # --check-reproducible: the first build of each image
     try:
-        for spec in specs:
+        for spec in (specs + specs if check_reproducible else specs):
             activity = _Activity(f"building {spec.image} ({spec.service}"
                                  f"{', variant ' + variant if variant else ''})", console.width)
             plain = not console.is_terminal
@@ -150,7 +166,8 @@ def build(
 
             try:
                 with console.status(activity, spinner="dots"):
-                    image_id = build_image(client, spec, on_line=on_line, nocache=no_cache, pull=pull,
+                    image_id = build_image(client, spec, on_line=on_line, nocache=no_cache or check_reproducible,
+                                           pull=pull,
                                            log_lines=max(tail, 1), network_mode=network or None)
             except ImageBuildError as exc:
                 err.print(Text(f"kitctl: {exc}"))
@@ -163,12 +180,48 @@ def build(
             except RuntimeUnavailable as exc:
                 raise _fail(str(exc))
             labels = (client.images.get(image_id).attrs.get("Config") or {}).get("Labels") or {}
+            if reproducible:
+                assert epoch is not None
+                try:
+                    with console.status(f"rewriting {spec.image}'s timestamps to {repro.iso(epoch)}", spinner="dots"):
+                        norm = repro.normalize(client, spec.image, epoch, base=spec.args.get("BASE_IMAGE"))
+                except ImageError as exc:
+                    raise _fail(str(exc))
+                image_id = norm.id
+                if check_reproducible:
+                    first = builds.setdefault(spec.image, norm)
+                    if first is not norm:
+                        differing += _report_reproducibility(console, first, norm)
             console.print(Text.assemble(
                 ("✓ ", "green"), f"built {spec.image} ({store.short_id(image_id)}, "
                 f"{labels.get(store.LABEL_ENGINE, spec.service)} {labels.get(store.LABEL_FRAMEWORK_VERSION, '?')}, "
-                f"CUDA {labels.get(store.LABEL_CUDA_VERSION, '?')}) in {activity.elapsed:.0f} s"))
+                f"CUDA {labels.get(store.LABEL_CUDA_VERSION, '?')}) in {activity.elapsed:.0f} s"
+                f"{' (SOURCE_DATE_EPOCH=' + str(epoch) + ')' if reproducible else ''}"))
     finally:
         client.close()
+    if differing:
+        raise typer.Exit(1)
+
+
+def _report_reproducibility(console: Console, a: Any, b: Any) -> int:
+    """Print whether two normalized builds of one image are the same; 1 when they differ."""
+    from . import repro
+
+    if a.id == b.id:
+        console.print(Text.assemble(("✓ ", "green"), f"reproducible: two builds of {a.image} from a clean cache "
+                                    f"are the same image ({a.id})"))
+        return 0
+    console.print(Text.assemble(("✗ ", "red"), f"not reproducible: {a.image} built twice is {store.short_id(a.id)} "
+                                f"and {store.short_id(b.id)}"))
+    diffs = repro.compare(a, b)
+    if not diffs:
+        console.print(Text("  every layer is the same: the configs differ (labels, env or history)"))
+    for d in diffs:
+        console.print(Text(f"  layer {d.index} ({' '.join(d.created_by.split())[:100]}): "
+                           f"{len(d.paths)} file(s) differ"))
+        for path in d.paths[:10]:
+            console.print(Text(f"    {path}", style="dim"))
+    return 1
 
 
 # ---- list -------------------------------------------------------------------------------------
@@ -308,3 +361,83 @@ def pull(
 ) -> None:
     """Pull engine images from a registry and tag them with compose.yaml's names for `kitctl run`."""
     _transfer("pull", names, registry, variant, digest, as_json)
+
+
+# ---- save / load (no registry) ----------------------------------------------------------------
+
+@images_app.command("save")
+def save(
+    names: List[str] = typer.Argument(..., metavar="ENGINE-OR-SERVICE...", help="Engines or compose services to save."),
+    output: str = typer.Option(..., "-o", "--output", metavar="FILE", help="The archive to write (.tar.gz)."),
+    variant: Optional[str] = typer.Option(None, envvar="KITCTL_IMAGE_VARIANT", help=_VARIANT_HELP),
+    level: int = typer.Option(1, "--level", min=1, max=9, help="gzip level (1: fastest)."),
+    force: bool = typer.Option(False, "--force", help="Replace FILE when it exists."),
+) -> None:
+    """Write engine images to one compressed file, with each image's ID, labels and lock hash."""
+    from pathlib import Path
+
+    from .. import __version__
+    from . import travel
+
+    console = Console(highlight=False)
+    variant = variant or None
+    try:
+        compose = store.open_compose()
+        services = _targets(compose, names, variant)
+        client = store.open_client()
+    except ImageError as exc:
+        raise _fail(str(exc))
+    try:
+        activity = _Activity(f"saving {', '.join(compose.image(s, variant) for s in services)} → {output}",
+                             console.width)
+        with console.status(activity, spinner="dots"):
+            manifest = travel.save(client, compose, [(s, variant) for s in services], Path(output), level=level,
+                                   force=force, kitctl_version=__version__,
+                                   on_progress=lambda n: activity.line(f"{store.human_size(n)} read"))
+    except ImageError as exc:
+        raise _fail(str(exc))
+    finally:
+        client.close()
+    size = Path(output).stat().st_size
+    for img in manifest.images:
+        locks = ", ".join(f"{lk.path} sha256:{lk.sha256[:12]}" for lk in img.locks) or "no lock"
+        console.print(Text.assemble(("✓ ", "green"), f"saved {img.image} ({store.short_id(img.id)}; {locks})"))
+    console.print(Text(f"  {output}: {store.human_size(size)} in {activity.elapsed:.0f} s; "
+                       f"elsewhere: kitctl images load {output}", style="dim"))
+
+
+@images_app.command("load")
+def load(
+    archive: str = typer.Argument(..., metavar="FILE", help="An archive written by `kitctl images save`."),
+) -> None:
+    """Load a `kitctl images save` archive: verify each image's ID and labels, tag it as compose.yaml names it."""
+    from pathlib import Path
+
+    from . import travel
+
+    console = Console(highlight=False)
+    try:
+        compose = store.open_compose()
+        if not Path(archive).is_file():
+            raise ImageError(f"{archive}: no such file")
+        client = store.open_client()
+    except ImageError as exc:
+        raise _fail(str(exc))
+    try:
+        activity = _Activity(f"checking and loading {archive}", console.width)
+        with console.status(activity, spinner="dots"):
+            loaded = travel.load(client, compose, Path(archive),
+                                 on_progress=lambda n: activity.line(f"{store.human_size(n)} checked"))
+    except ImageError as exc:
+        raise _fail(str(exc))
+    finally:
+        client.close()
+    for r in loaded:
+        console.print(Text.assemble(("✓ ", "green"), f"loaded {r.image} ({store.short_id(r.id)}): ID and labels "
+                                    f"match the archive"))
+        if r.replaced_id:
+            console.print(Text(f"  {r.image} was {store.short_id(r.replaced_id)} before; if untagged now, "
+                               f"`kitctl clean --images` removes it", style="dim"))
+        for lk in r.lock_differs:
+            err.print(Text(f"kitctl: note: {r.image} was built from another {lk} than this checkout's "
+                           f"(its labels and ID are the archive's; the lock here differs)"))

@@ -7,12 +7,22 @@ variant with its own image name, args and, for a loader image, its own loader li
 `${VAR:-default}`, `${VAR-default}`, `${VAR:?message}`, `$VAR` and `$$` are interpolated from
 the environment as Compose does.
 
+Where Docker Compose v2 is installed (`docker compose`), the standard keys are taken from
+`docker compose config --format json`, i.e. as Compose itself reads them (its interpolation, its
+`.env` file, its path resolution); the hand parser then only supplies the kit's `x-kitctl` keys,
+which Compose does not print. Without Compose v2 (Debian 12 ships 1.29), or with
+KITCTL_COMPOSE=kitctl, the hand parser reads everything. `Compose.resolved_by` says which.
+
 Every problem is a `ComposeError` whose message is one line naming the file and the key.
 """
 from __future__ import annotations
 
+import functools
+import json
 import os
 import re
+import shutil
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -72,6 +82,7 @@ class Service:
 class Compose:
     path: Path
     services: dict[str, Service]
+    resolved_by: str = "kitctl"  # "kitctl" (the hand parser) or "docker compose <version>"
 
     def service(self, name: str) -> Service:
         try:
@@ -198,7 +209,91 @@ def load_compose(path: str | os.PathLike[str] | None = None,
     out: dict[str, Service] = {}
     for name, spec in services.items():
         out[str(name)] = _service(p, str(name), spec)
-    return Compose(path=p, services=out)
+    compose_v2 = _compose_v2() if os.environ.get("KITCTL_COMPOSE", "auto") != "kitctl" else None
+    if os.environ.get("KITCTL_COMPOSE") == "docker" and compose_v2 is None:
+        raise ComposeError(f"{p}: KITCTL_COMPOSE=docker but Docker Compose v2 (`docker compose`) is not installed")
+    if compose_v2 is None:
+        return Compose(path=p, services=out)
+    resolved = _resolve_with_compose(p, compose_v2, env)
+    for name, svc in list(out.items()):
+        std = resolved.get(name)
+        if std is None:
+            raise ComposeError(f"{p}: docker compose config printed no service {name!r}")
+        out[name] = _with_standard_keys(p, svc, std)
+    return Compose(path=p, services=out, resolved_by=f"docker compose {compose_v2[1]}")
+
+
+# ---- Docker Compose v2 -------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=4)
+def _compose_v2_cached(docker_config: str | None, path_env: str | None) -> tuple[tuple[str, ...], str] | None:
+    candidates = []
+    if shutil.which("docker", path=path_env):
+        candidates.append(("docker", "compose"))
+    if shutil.which("docker-compose", path=path_env):
+        candidates.append(("docker-compose",))
+    for cmd in candidates:
+        try:
+            r = subprocess.run([*cmd, "version", "--short"], capture_output=True, text=True, timeout=20)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        version = r.stdout.strip().lstrip("v")
+        if r.returncode == 0 and re.match(r"[2-9]\.", version):
+            return cmd, version
+    return None
+
+
+def _compose_v2() -> tuple[tuple[str, ...], str] | None:
+    """(command, version) of Docker Compose v2 when installed: `docker compose` (the CLI plugin) or a
+    `docker-compose` that is v2. None otherwise (Compose 1.x prints YAML and is not what Docker ships now)."""
+    return _compose_v2_cached(os.environ.get("DOCKER_CONFIG"), os.environ.get("PATH"))
+
+
+def _resolve_with_compose(p: Path, compose_v2: tuple[tuple[str, ...], str],
+                          env: Mapping[str, str] | None) -> dict[str, Any]:
+    cmd, version = compose_v2
+    run_env = dict(os.environ) if env is None else {
+        **{k: os.environ[k] for k in ("PATH", "HOME", "DOCKER_CONFIG", "DOCKER_HOST") if k in os.environ}, **env}
+    try:
+        r = subprocess.run([*cmd, "-f", str(p), "--project-directory", str(p.parent), "config", "--format", "json"],
+                           capture_output=True, text=True, timeout=60, env=run_env, cwd=p.parent)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ComposeError(f"{p}: docker compose {version} config did not finish ({type(exc).__name__})") from None
+    if r.returncode != 0:
+        lines = [ln.strip() for ln in r.stderr.splitlines() if ln.strip()]
+        raise ComposeError(f"{p}: docker compose {version} refuses it: {lines[-1] if lines else 'exit ' + str(r.returncode)}")
+    try:
+        doc = json.loads(r.stdout)
+        services = doc["services"]
+        assert isinstance(services, dict)
+        return services
+    except (ValueError, KeyError, AssertionError):
+        raise ComposeError(f"{p}: docker compose {version} config printed no services as JSON") from None
+
+
+def _with_standard_keys(p: Path, svc: Service, std: Any) -> Service:
+    """The service with image, build context, dockerfile and args as Compose resolved them."""
+    import dataclasses
+
+    where = f"services.{svc.name}"
+    build = std.get("build") if isinstance(std, dict) else None
+    image = std.get("image") if isinstance(std, dict) else None
+    if not isinstance(build, dict) or not isinstance(image, str):
+        raise ComposeError(f"{p}: docker compose config gave {where} no image or build")
+    context = Path(str(build.get("context") or p.parent))
+    if not context.is_absolute():
+        context = (p.parent / context)
+    context = context.resolve()
+    dockerfile = str(build.get("dockerfile") or "Dockerfile")
+    if Path(dockerfile).is_absolute():
+        try:
+            dockerfile = str(Path(dockerfile).resolve().relative_to(context))
+        except ValueError:
+            pass
+    # `config` prints a file Compose can read back, so a literal $ comes out escaped as $$.
+    args = {str(k): _scalar(v).replace("$$", "$") for k, v in (build.get("args") or {}).items()}
+    return dataclasses.replace(svc, image=image.strip().replace("$$", "$"), context=context,
+                               dockerfile=dockerfile.replace("$$", "$"), args=args)
 
 
 # ---- parsing ---------------------------------------------------------------------------------
