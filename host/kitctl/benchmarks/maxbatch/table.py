@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from ...core.device import recorded_line
 from ...core.tables import Ratio, engine_label, pair_ratios
 
 MEMORY_FAILURES = frozenset({"oom", "vram_cap_exceeded", "host_oom_killed"})
@@ -171,6 +172,7 @@ def print_table(console: Any, model: str, dataset: str, doc: dict[str, Any], fin
     console.print(t)
     for line in ratios(rows):
         console.print(line)
+    console.print(recorded_line(doc))
     if final is not None:
         console.print(f"artifact: {final}")
 
