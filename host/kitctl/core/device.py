@@ -131,7 +131,8 @@ def choose(requested: str, *, memory_limit: int | None, gpu_flags: list[str], ru
         return _cpu("auto", f"no usable GPU: {why}", None)
     if requested == "cpu":
         return _cpu("cpu", "asked for", memory_limit)
-    return DeviceChoice(requested, "cuda", "asked for")
+    # --memory-limit passes through, for the run's own one-line refusal on the GPU
+    return DeviceChoice(requested, "cuda", "asked for", memory_limit, "--memory-limit" if memory_limit else None)
 
 
 def _cpu(requested: str, reason: str, memory_limit: int | None) -> DeviceChoice:
