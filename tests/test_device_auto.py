@@ -171,7 +171,7 @@ def test_first_run_without_a_gpu_ends_with_a_table_an_artifact_and_its_cap(tmp_p
     m = re.match(r"device cpu \(auto: no usable GPU: .+\); memory cap ([\d,]+) MiB per candidate \(default: ", first)
     assert m, first
     cap = int(m.group(1).replace(",", ""))
-    assert "Max batch — resnet50, synthetic" in p.stdout
+    assert "Max batch — resnet50, synthetic" in p.stdout and "Peak RAM at max" in p.stdout  # not VRAM
     assert f"ran on: cpu (auto: no usable GPU" in p.stdout
     (artifact,) = (tmp_path / "results").glob("maxbatch-*.json")
     assert f"artifact: {artifact}" in p.stdout

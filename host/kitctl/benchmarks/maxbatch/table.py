@@ -163,8 +163,9 @@ def print_table(console: Any, model: str, dataset: str, doc: dict[str, Any], fin
 
     rows = maxbatch_rows(doc)
     t = Table(title=f"Max batch — {model}, {dataset}")
-    for col in ("Engine", "Precision", "Max batch", "Peak VRAM at max", "Next batch", "Result"):
-        t.add_column(col, justify="right" if col in ("Max batch", "Peak VRAM at max", "Next batch") else "left")
+    peak = "Peak RAM at max" if (doc.get("configuration") or {}).get("device") == "cpu" else "Peak VRAM at max"
+    for col in ("Engine", "Precision", "Max batch", peak, "Next batch", "Result"):
+        t.add_column(col, justify="right" if col in ("Max batch", peak, "Next batch") else "left")
     for r in rows:
         t.add_row(engine_label(r.engine), r.precision, f"{r.max_batch:,}" if r.max_batch else "—",
                   f"{r.peak_mib:,.0f} MiB" if r.peak_mib is not None else "—",
