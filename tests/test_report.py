@@ -732,7 +732,7 @@ def test_a_rematerialised_xla_max_batch_says_so(tmp_path):
     real = Path(__file__).resolve().parents[1] / "results" / "reference" / "maxbatch-resnet50-synthetic-20261201T163217Z.json"
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("kit_xla_log", real.parents[1] / "trials/jax/xla_log.py")
+    spec = importlib.util.spec_from_file_location("kit_xla_log", real.parents[2] / "trials/jax/xla_log.py")
     xla_log = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(xla_log)
 
