@@ -53,13 +53,16 @@ say "bad input refused: $(cat bad.err)"
 
 rc=0; kitctl doctor >doctor.out 2>&1 || rc=$?
 no_traceback "kitctl doctor" doctor.out
-say "kitctl doctor: exit $rc, no traceback"
+head -n 1 doctor.out | grep -q '^GPU run: .*; CPU run: ' || { head -n 3 doctor.out >&2; fail "kitctl doctor's first line is not the verdict"; }
+say "kitctl doctor: exit $rc, no traceback; $(head -n 1 doctor.out)"
 
 rc=0
-kitctl run maxbatch --runtime local --device cpu --engines pytorch-eager --precision fp32 \
+kitctl run maxbatch --runtime local --engines pytorch-eager --precision fp32 \
   --start-batch 2 --max-batch 2 --timeout 300 --results-dir "$work/results" >run.out 2>&1 || rc=$?
 no_traceback "the CPU search" run.out
 [[ $rc -eq 0 ]] || { tail -n 40 run.out >&2; fail "the CPU search exited $rc"; }
+# --device auto (the default) on a host without a usable GPU: the CPU, capped, the cap printed
+grep -q 'memory cap [0-9,]* MiB per candidate' run.out || { head -n 3 run.out >&2; fail "the run printed no memory cap"; }
 shopt -s nullglob
 artifacts=("$work"/results/maxbatch-*.json)
 [[ ${#artifacts[@]} -eq 1 && ${artifacts[0]} != *.partial.json ]] ||

@@ -144,8 +144,8 @@ def test_gpu_uuid_that_does_not_exist(work):
 
 
 @pytest.mark.skipif(HAS_GPU, reason=host_kind_reason("no-gpu", "this host has a GPU: the run would start"))
-def test_no_gpu_without_device_cpu(work):
-    msg = refuse(work, "run", "maxbatch", match="no NVIDIA driver")
+def test_device_cuda_without_a_gpu_refuses(work):
+    msg = refuse(work, "run", "maxbatch", "--device", "cuda", match="no NVIDIA driver")
     assert "--device cpu" in msg
 
 
@@ -155,7 +155,8 @@ def test_vram_limit_with_device_cpu(work):
 
 
 def test_memory_limit_on_cuda(work):
-    refuse(work, "run", "maxbatch", "--memory-limit", "8192", match="--memory-limit applies to --device cpu")
+    refuse(work, "run", "maxbatch", "--device", "cuda", "--memory-limit", "8192",
+           match="--memory-limit applies to --device cpu")
 
 
 def test_unknown_device(work):

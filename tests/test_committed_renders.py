@@ -30,7 +30,7 @@ from kitctl.reports.results_list import list_results
 from kitctl.reports.sources import load_source
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "results"
+RESULTS = ROOT / "results" / "reference"
 SNAPSHOT = Path(__file__).resolve().parent / "data" / "committed-renders.json"
 UPDATE = os.environ.get("KITCTL_UPDATE_RENDERS") == "1"
 DUMP = os.environ.get("KITCTL_DUMP_RENDERS")  # a folder: also write every rendering's text there (for diffs)

@@ -21,7 +21,7 @@ from kitctl.reports.report import caveats, render
 from kitctl.reports.sources import load_source
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "results"
+RESULTS = ROOT / "results" / "reference"
 SIZE = RESULTS / "datasize-rrc224-corpus-20261201T192422Z.json"  # ffcv, 2,000 images, 16 writers
 LOAD_JPEG = RESULTS / "dataload-rrc224-corpus-20261201T192753Z.json"  # 2 runs/cell; ffcv ram FAILED (SIGABRT)
 LOAD_RAW = RESULTS / "dataload-rrc224-corpus-20261201T193303Z.json"  # 1 run/cell; ffcv cold FAILED

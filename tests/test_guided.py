@@ -19,7 +19,7 @@ from kitctl.core.guided import guided_strategy, predict
 from kitctl.core.outcome import SearchStatus, Status
 from kitctl.core.search import SearchConfig, run_search
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "reference"
 B = 16120.0  # the gate budget of the committed 16,376 MiB runs
 
 

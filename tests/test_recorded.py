@@ -23,7 +23,7 @@ DATA = Path(__file__).resolve().parent / "data"
 
 def _kitctl_artifacts() -> list[Path]:
     out = []
-    for p in sorted([*(ROOT / "results").glob("*.json"), *DATA.glob("*.json")]):
+    for p in sorted([*(ROOT / "results" / "reference").glob("*.json"), *DATA.glob("*.json")]):
         doc = json.loads(p.read_text(encoding="utf-8"))
         if isinstance(doc, dict) and doc.get("kind") == "kitctl-artifact":
             out.append(p)

@@ -572,9 +572,9 @@ def test_results_list_default_dir_and_missing(tmp_path):
 
 def test_peak_inversions_on_the_full_card_run():
     """The committed full-card H200 run: batch 16,384 peaked above batch 32,768."""
-    full = Path(__file__).resolve().parents[1] / "results/maxbatch-resnet50-synthetic-20261129T200326Z.json"
+    full = Path(__file__).resolve().parents[1] / "results/reference/maxbatch-resnet50-synthetic-20261129T200326Z.json"
     if not full.exists():
-        unavailable(f"committed artifact {full.name} is not in results/")
+        unavailable(f"committed artifact {full.name} is not in results/reference/")
     src = load_source(full)
     inv = peak_inversions(src.points[("pytorch-eager", "fp32")])
     assert [(a.batch, b.batch) for a, b in inv] == [(16384, 32768)]
@@ -585,9 +585,9 @@ def test_peak_inversions_on_the_full_card_run():
 
 def test_resumes_on_one_other_gpu_are_named_once():
     """The committed jax-xla bf16 search: resumed 3×, the last two on one warm machine's GPU."""
-    art = Path(__file__).resolve().parents[1] / "results/maxbatch-resnet50-synthetic-20261201T215512Z.json"
+    art = Path(__file__).resolve().parents[1] / "results/reference/maxbatch-resnet50-synthetic-20261201T215512Z.json"
     if not art.exists():
-        unavailable(f"committed artifact {art.name} is not in results/")
+        unavailable(f"committed artifact {art.name} is not in results/reference/")
     md = render([load_source(art)])
     assert "continued 3× with" in md
     assert md.count("Continued on another NVIDIA H200 (GPU-0096ffb8-fd47-7998-1fbc-a375e6223632") == 1
@@ -730,10 +730,10 @@ def test_report_out_on_a_full_disk_leaves_no_truncated_file(tiny_fs):
 def test_a_rematerialised_xla_max_batch_says_so(tmp_path):
     """The real H200 jax-xla search (--vram-limit 16376): its trial at max batch 13,568 carries what
     the jax trial now records, parsed by the trial's own parser from that trial's real stderr_tail."""
-    real = Path(__file__).resolve().parents[1] / "results" / "maxbatch-resnet50-synthetic-20261201T163217Z.json"
+    real = Path(__file__).resolve().parents[1] / "results" / "reference" / "maxbatch-resnet50-synthetic-20261201T163217Z.json"
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("kit_xla_log", real.parents[1] / "trials/jax/xla_log.py")
+    spec = importlib.util.spec_from_file_location("kit_xla_log", real.parents[2] / "trials/jax/xla_log.py")
     xla_log = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(xla_log)
 

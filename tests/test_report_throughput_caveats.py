@@ -7,7 +7,7 @@ from pathlib import Path
 from kitctl.reports.report import render
 from kitctl.reports.sources import load_source
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "reference"
 # The H200 throughput run as it stood interrupted (bf16 3 of 6 runs), before its resume completed it in
 # results/ under the same stamp (…054638Z.json): kept here as it was committed then.
 DATA = Path(__file__).resolve().parent / "data"

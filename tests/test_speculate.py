@@ -21,7 +21,7 @@ from kitctl.core.outcome import SearchStatus, Status
 from kitctl.core.search import STRATEGIES, SearchConfig, run_search
 from kitctl.core.speculate import candidates, replay, simulate, simulate_lanes, useless
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "reference"
 RETRYABLE = [Status.TIMEOUT, Status.CRASH, Status.ERROR]
 
 

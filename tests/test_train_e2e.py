@@ -312,10 +312,10 @@ def test_the_nvjpeg_loader_says_first_that_it_needs_cuda(corpus):
 def test_the_artifact_schema_takes_the_loss_diagnosis(tmp_path):
     from kitctl.core.artifact import ArtifactError
 
-    src = sorted((Path(__file__).resolve().parent.parent / "results").glob("train-e2e-*.json"))
+    src = sorted((Path(__file__).resolve().parent.parent / "results" / "reference").glob("train-e2e-*.json"))
     src = [p for p in src if not p.name.endswith(".partial.json")]
     if not src:
-        unavailable("no committed train-e2e artifact in results/")
+        unavailable("no committed train-e2e artifact in results/reference/")
     doc = json.loads(src[-1].read_text())
     run = doc["results"][-1]["runs"][0]
     run.update(step_losses={"warmup": [4.1, None], "timed": [None]},

@@ -340,7 +340,7 @@ def test_a_memory_limit_that_cannot_hold_the_batch_is_oom():
 
 def test_framework_peak_is_the_pool_the_budget_caps():
     """XLA's memory stats as the H200 reported them (calibration at batch 16 without a budget,
-    results/maxbatch-resnet50-synthetic-20261201T102817Z.partial.json): the framework peak the host
+    results/reference/maxbatch-resnet50-synthetic-20261201T102817Z.partial.json): the framework peak the host
     subtracts from the device delta is the BFC pool (what XLA's fraction caps, like torch's reserved
     memory), so the overhead is the delta minus the pool, not minus the bytes in use."""
     train = _load("kit_jax_train", ROOT / "trials/jax/jax_train.py")
@@ -360,12 +360,12 @@ def test_framework_peak_is_the_pool_the_budget_caps():
 # --------------------------------------------------- XLA's rematerialisation, memory analysis
 
 # Verbatim from the H200 (jaxlib 0.11.2, --vram-limit 16376): the stderr_tail of the fp32 trial at
-# batch 13568, the jax-xla max batch, in results/maxbatch-resnet50-synthetic-20261201T163217Z.json.
+# batch 13568, the jax-xla max batch, in results/reference/maxbatch-resnet50-synthetic-20261201T163217Z.json.
 H200_FP32_13568 = ("W1201 16:55:22.587089   12178 hlo_rematerialization.cc:3363] Can't reduce memory use "
                    "below 14.16GiB (15204325068 bytes) by rematerialization; only reduced to 14.60GiB "
                    "(15677178712 bytes), down from 22.35GiB (24000769048 bytes) originally")
 # Verbatim from the H200 too: bf16 batch 44898 (its second attempt, a timeout) in
-# results/maxbatch-resnet50-synthetic-20261201T191219Z.json (the lead's checkout, 2026-12-01).
+# results/reference/maxbatch-resnet50-synthetic-20261201T191219Z.json (the lead's checkout, 2026-12-01).
 H200_BF16_44898 = ("W1201 19:22:46.262283   18491 hlo_rematerialization.cc:3363] Can't reduce memory use "
                    "below 13.82GiB (14836479832 bytes) by rematerialization; only reduced to 28.19GiB "
                    "(30271695764 bytes), down from 35.57GiB (38189665624 bytes) originally")
@@ -431,7 +431,7 @@ def test_no_persistent_compilation_cache(tmp_path):
     """Every candidate compiles (and on a GPU autotunes) as a first run does. On the H200 a cache
     left by an earlier call made the calibration a cache hit: no autotuning, ~80 MiB fewer kernels
     loaded outside XLA's pool, so the calibrated overhead came out low, the pool high, and every
-    fresh compile above 26,000 crossed the budget by 1 MiB (results/logs/h200-call20-…). A cache
+    fresh compile above 26,000 crossed the budget by 1 MiB (results/reference/logs/h200-call20-…). A cache
     directory in the environment must stay unused."""
     cache = tmp_path / "jax-cache"
     cache.mkdir()

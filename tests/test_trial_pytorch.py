@@ -318,7 +318,7 @@ def test_compile_graphs_on_cuda_records_graphs_and_no_skips():
 def test_the_allocator_cap_stays_a_slack_under_the_budget():
     # H200, 16,376 MiB: a fraction of exactly the budget let the allocator fill it and end 1–4 MiB
     # over B (the memory outside it grew with the batch), where the gate killed batch 2,645 while
-    # 8,832 passed (results/maxbatch-resnet50-synthetic-20261201T165627Z.json). The cap leaves room.
+    # 8,832 passed (results/reference/maxbatch-resnet50-synthetic-20261201T165627Z.json). The cap leaves room.
     import torch_train
 
     MIB = 2**20

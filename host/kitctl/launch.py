@@ -472,6 +472,9 @@ def start(benchmark: str, given: list[tuple[str, str]], resume: Path | None, tim
             doc, config = None, new_config()
         s = prepare(benchmark, config, doc, store, results_dir, python, require_gpu_idle, idle_threshold,
                     resume_gpu=gpu, gpu_request=gpu_request, allow_code_change=allow_code_change)
+        choice = getattr(s.config.run, "device_choice", None)
+        if choice is not None:  # which device, why, and the CPU's cap: the run's first line
+            s.notes.insert(0, choice.line())
         try:
             s.gpus = open_gpus(s, getattr(s.config, "gpus", None), require_gpu_idle, idle_threshold)
         except BaseException:

@@ -14,6 +14,7 @@ from typing import Any
 
 import typer
 
+from .core.device import DeviceChoice, choose
 from .core.engines import ENGINES, MODEL_MIN_BATCH, parse_engines
 from .errors import Fail
 
@@ -35,6 +36,7 @@ class Precision(str, enum.Enum):
 
 
 class Device(str, enum.Enum):
+    auto = "auto"
     cuda = "cuda"
     cpu = "cpu"
 
@@ -59,7 +61,8 @@ class Dataset(str, enum.Enum):
 # Options shared by the `run` commands (typer reads these as defaults).
 O_ENGINES = typer.Option("pytorch-eager", help=f"Comma-separated: {', '.join(ENGINES)}.")
 O_PRECISION = typer.Option(Precision.fp32, help="fp32, bf16 or both.")
-O_DEVICE = typer.Option(Device.cuda, help="cuda (default) or cpu.")
+O_DEVICE = typer.Option(Device.auto, help="auto (default): the GPU when one is usable, else the CPU with a "
+                        "memory cap it prints; cuda; or cpu (capped: --memory-limit, else the same default cap).")
 O_GPU = typer.Option(None, help="GPU index (NVML order) or UUID; default 0. With --resume: continue on "
                      "this GPU, which must be the same model, memory and driver as the partial's.")
 O_VRAM_LIMIT = typer.Option(None, help="L in MiB (default: the card's total): emulate a smaller card.")
@@ -75,7 +78,7 @@ O_CUDNN = typer.Option(False, "--cudnn-benchmark", help="Turn cuDNN autotuning o
 O_REQUIRE_IDLE = typer.Option(False, "--require-gpu-idle", help="Refuse to start when the GPU holds memory.")
 O_IDLE_THRESHOLD = typer.Option(1024.0, help="MiB in use above which the GPU is not idle.")
 O_MEMORY_LIMIT = typer.Option(None, help="Host memory limit per candidate in MiB (--device cpu; 6 MiB to the "
-                              "host's RAM).")
+                              "host's RAM). Default on the CPU: a quarter of the available RAM, at most 2,048.")
 O_PYTHON = typer.Option(None, help="Interpreter for the local runtime (default: this one).")
 O_RESULTS_DIR = typer.Option(Path("results"), help="Where artifacts are written.")
 O_RESUME = typer.Option(None, help="Continue the run in this .partial.json, with its own configuration, runtime, "
@@ -118,6 +121,9 @@ class RunConfig:
     seed: int = 0
     gpu_request: str | None = None  # recorded at the end of "configuration" once the run starts
     image_size: int = DEFAULT_IMAGE_SIZE
+    # How --device was resolved (auto → cuda/cpu, the CPU's cap and why); None on a resume, whose
+    # recorded configuration keeps what its run wrote.
+    device_choice: DeviceChoice | None = None
 
     @classmethod
     def from_flags(cls, names: list[str], precision: str, device: str, gpu: str | None, vram_limit: int | None,
@@ -167,7 +173,9 @@ class RunConfig:
                 "gpu": self.gpu, "vram_limit_mib": self.vram_limit_mib, "reserve_mib": self.reserve_mib,
                 "timeout_s": self.timeout_s, "runtime": self.runtime, "model": self.model, "dataset": self.dataset,
                 "data_dir": self.data_dir, "cudnn_benchmark": self.cudnn_benchmark,
-                "memory_limit_mib": self.memory_limit_mib, "seed": self.seed, "optimizer": "Adam lr 0.001",
+                "memory_limit_mib": self.memory_limit_mib,
+                **({"device_choice": self.device_choice.to_json()} if self.device_choice else {}),
+                "seed": self.seed, "optimizer": "Adam lr 0.001",
                 "loss": "cross-entropy", **self._input_json()}
 
     def _input_json(self) -> dict[str, Any]:
@@ -210,6 +218,15 @@ class RunConfig:
                 "data_dir": recorded["data_dir"], "cudnn_benchmark": recorded["cudnn_benchmark"],
                 "memory_limit": recorded["memory_limit_mib"], "gpu": recorded["gpu"],
                 "gpu_request": request if isinstance(request, str) else None}
+
+
+def choose_device(device: str, memory_limit: int | None, runtime: str, python: str | None, engines: str,
+                  **gpu_flags: object) -> DeviceChoice:
+    """--device for a new run (auto resolved, the CPU capped); `gpu_flags`: flag name → value of the
+    GPU-only flags (those given ask auto for the GPU)."""
+    given = [f"--{k.replace('_', '-')}" for k, v in gpu_flags.items() if v is not None]
+    return choose(device, memory_limit=memory_limit, gpu_flags=given, runtime=runtime, python=python,
+                  engines=engine_names(engines))
 
 
 def engine_names(engines: str) -> list[str]:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 19: --strategy guided on the H200, PyTorch eager fp32, local runtime, beside the committed
-# protocol runs (results/maxbatch-resnet50-synthetic-20261129T195932Z.json at 16,376 MiB: 21
+# protocol runs (results/reference/maxbatch-resnet50-synthetic-20261129T195932Z.json at 16,376 MiB: 21
 # candidates, 232 s; …20261129T200326Z on the whole card: 27 candidates, 365 s). One search per
 # call (the whole card may need most of a 10-minute call); a cut-off run leaves its partial in
 # $OUT, resumable with --resume in the next call:

@@ -1,5 +1,5 @@
 # Shared by the call scripts (sourced). Runs on the GPU machine.
-# Used by the 2026-12-01 H200 Docker runs (results/logs/h200-docker-call*.log): run from the repo root on
+# Used by the 2026-12-01 H200 Docker runs (results/reference/logs/h200-docker-call*.log): run from the repo root on
 # the GPU machine with carry [".gpu-docker", ".whl"]:  bash tools/device-calls/call2.sh 2>&1 | tee $OUT/call2.log
 export PYTHONUNBUFFERED=1
 K() { tools/device-kitctl.sh "$@"; }

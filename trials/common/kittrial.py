@@ -50,7 +50,7 @@ MIN_IMAGE_SIZE, MAX_IMAGE_SIZE = 32, 512  # ResNet-50 downsamples 32x: 32 px lea
 # 16, 770.8 at 2,600–8,800; XLA 640–659 MiB over 13 candidates), so a cap of exactly the budget
 # lets an allocator that fills it, as a real card's would survive, end 1–4 MiB over B, where the
 # host's gate kills it: PyTorch eager fp32 at 16,376 MiB failed at 2,645 that way while 8,832
-# passed (results/maxbatch-resnet50-synthetic-20261201T165627Z.json vs …20261129T195932Z.json).
+# passed (results/reference/maxbatch-resnet50-synthetic-20261201T165627Z.json vs …20261129T195932Z.json).
 FRAMEWORK_SLACK_MIB = 64
 
 

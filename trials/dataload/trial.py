@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
 def _exit_now(code: int) -> None:
     """End without interpreter finalisation, once the result line is out. On the H200, 2 of 6 ffcv runs printed a
     valid result and then aborted while the interpreter tore down (exit -6, "terminate called without an active
-    exception": a native thread pool's destructor, results/logs/h200-call17-dataload-all.log); the measurement was
+    exception": a native thread pool's destructor, results/reference/logs/h200-call17-dataload-all.log); the measurement was
     complete, the teardown adds nothing. Loader worker processes are killed first so none outlives the trial."""
     import multiprocessing
 

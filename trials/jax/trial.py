@@ -79,7 +79,7 @@ def configure_xla_env(args, settings: dict, total_bytes=cuda_total_bytes) -> Non
     fallback). With a budget M: the BFC allocator, preallocated, limited to fraction
     (M − POOL_SLACK_MIB) / total of the device, so XLA fails with RESOURCE_EXHAUSTED past it
     (jax_train checks the limit XLA reports). Preallocated because a pool grown on demand fragments:
-    on the H200 (2026-12-01, results/logs/h200-call11-jax-maxbatch-nopreallocate.log) it failed at
+    on the H200 (2026-12-01, results/reference/logs/h200-call11-jax-maxbatch-nopreallocate.log) it failed at
     batch 6,144 where a preallocated pool a third smaller had passed 8,704. The slack: the host
     calibrates the memory XLA keeps outside its pool without a budget (no preallocation: 649 MiB
     there), and with a preallocated pool that memory was 640–659 MiB over 13 candidates (call 9);

@@ -1,6 +1,6 @@
-"""`kitctl doctor`: is this host fit for the main job, a GPU run in the engine images?
-
-One line per check, ✓ (ok), ! (warning or not checked) or ✗ (error), and for each failing one
+"""`kitctl doctor`: can a GPU run start here, and a CPU run? The verdict comes first, one line
+("GPU run: ready / not ready because …. CPU run: ready (…) / not ready because ….");
+`--json` prints one JSON document (its "verdict" the same line). Below the verdict, one line per check, ✓ (ok), ! (warning or not checked) or ✗ (error), and for each failing one
 how to fix it:
 
   compose         compose.yaml parses (the image names come from it)
@@ -16,7 +16,9 @@ how to fix it:
                   kit's (labels kit.engine = the service, kit.trial-protocol = 1); else ✗
   disk            free space where Docker keeps images (DockerRootDir)
   orphans         kit containers whose owner is gone (`kitctl clean` removes them)
-  gpu-run         the verdict: can `kitctl run maxbatch --runtime docker` start on the GPU here?
+  gpu-run         can `kitctl run maxbatch --runtime docker` start on the GPU here?
+  cpu-run         can a CPU run start (the local interpreter's torch, or a present image), and its
+                  default memory cap
 
 Exit 0 when the GPU run can start, 1 when it cannot, 2 only for bad input. Never a traceback:
 a check that breaks reports itself as failed.
@@ -58,6 +60,8 @@ _STYLE = {"ok": "green", "warn": "yellow", "skip": "yellow", "error": "red"}
 
 
 def print_report(rep: Report, console: Console) -> None:
+    console.print(Text(rep.verdict, style="bold"))  # the answer first; the checks behind it below
+    console.print()
     width = min(max((len(c.name) for c in rep.checks), default=8), 16)
     for c in rep.checks:
         console.print(Text.assemble((c.symbol, _STYLE.get(c.level, "")), " ", (f"{c.name:<{width}}", "bold"),
@@ -67,16 +71,17 @@ def print_report(rep: Report, console: Console) -> None:
 
 
 def doctor(
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: every check {name, ok, level, detail, fix}."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON document: the verdict, gpu_run/cpu_run and why not, every check {name, ok, level, detail, fix}."),
     variant: Optional[str] = typer.Option(None, envvar="KITCTL_IMAGE_VARIANT",
                                           help="Check this build variant's images as the ones a run uses."),
     idle_threshold: float = typer.Option(IDLE_THRESHOLD_MIB, help="MiB in use above which a GPU is not idle."),
     min_free_gib: float = typer.Option(MIN_FREE_GIB, help="Warn when Docker's data root has less free space (GiB)."),
     probe: bool = typer.Option(True, "--probe/--no-probe", help="Start a throw-away GPU container to test the NVIDIA runtime."),
 ) -> None:
-    """Check this host for a GPU run: Docker, NVIDIA runtime, driver vs image CUDA, GPU idle, images, disk.
+    """Can a GPU run start here, and a CPU run? The verdict first, then each check: Docker, NVIDIA runtime,
+    driver vs image CUDA, GPU idle, images, disk, the local torch.
 
-    Exit 0 when a GPU run can start, 1 when it cannot.
+    Exit 0 when a GPU run can start, 1 when it cannot (the verdict says whether a CPU run can).
     """
     rep = run_checks(variant=variant or None, idle_threshold_mib=idle_threshold, min_free_gib=min_free_gib,
                      probe=probe)

@@ -43,6 +43,10 @@ class Report:
     runnable: list[str] = field(default_factory=list)  # images a GPU run can use here
     cpu_only: list[str] = field(default_factory=list)  # present images that run on --device cpu only
     gpu_run: bool = False
+    gpu_why: list[str] = field(default_factory=list)  # why a GPU run cannot start (empty: it can)
+    cpu_run: bool = False
+    cpu_why: list[str] = field(default_factory=list)  # why a CPU run cannot start
+    cpu_how: str = ""  # how a CPU run would go here (runtime, framework, default memory cap)
 
     def add(self, name: str, level: str, detail: str, fix: str | None = None) -> Check:
         c = Check(name=name, ok=level == "ok", level=level, detail=" ".join(detail.split()), fix=fix)
@@ -56,8 +60,18 @@ class Report:
     def exit_code(self) -> int:
         return EXIT_READY if self.gpu_run else EXIT_NOT_READY
 
+    @property
+    def verdict(self) -> str:
+        """The answer first, in one line: can a GPU run start here, and a CPU run?"""
+        gpu = "ready" if self.gpu_run else "not ready because " + ", ".join(self.gpu_why or ["of the ✗ lines below"])
+        cpu = ("ready (" + self.cpu_how + ")" if self.cpu_run else
+               "not ready because " + ", ".join(self.cpu_why or ["of the ✗ lines below"]))
+        return f"GPU run: {gpu}; CPU run: {cpu}"
+
     def to_json(self) -> dict[str, Any]:
-        return {"ok": self.gpu_run, "exit_code": self.exit_code, "gpu_run": self.gpu_run,
+        return {"verdict": self.verdict, "ok": self.gpu_run, "exit_code": self.exit_code, "gpu_run": self.gpu_run,
+                "gpu_run_why": self.gpu_why, "cpu_run": self.cpu_run, "cpu_run_why": self.cpu_why,
+                "cpu_run_how": self.cpu_how,
                 "runnable_images": self.runnable, "cpu_only_images": self.cpu_only,
                 "checks": [asdict(c) for c in self.checks], "images": self.images}
 
@@ -107,6 +121,7 @@ class Host:
     gpus: list[tuple[int, Any, Any]] = field(default_factory=list)  # (index, handle, GpuInfo)
     rows: list[dict[str, Any]] = field(default_factory=list)
     nvidia_ok: bool = False
+    python: str | None = None  # the interpreter a local CPU run would use (default: this one)
 
 
 def _safe_info(client: Any) -> dict[str, Any]:

@@ -296,6 +296,7 @@ def check_gpu_run(ctx: Host) -> None:
     if gpus and not rep.runnable:
         why.append("no present engine image this driver can run")
     rep.gpu_run = not why
+    rep.gpu_why = why
     if rep.gpu_run:
         rep.add("gpu-run", "ok", f"a GPU run can start here: kitctl run maxbatch --runtime docker "
                 f"(images: {', '.join(rep.runnable)})")
@@ -303,6 +304,46 @@ def check_gpu_run(ctx: Host) -> None:
         cpu = (f"; --device cpu can still run with {', '.join(rep.cpu_only)}" if rep.cpu_only and docker_ok else "")
         rep.add("gpu-run", "error", f"a GPU run cannot start here: {'; '.join(why)}{cpu}",
                 "fix the ✗ lines above")
+
+
+def check_cpu_run(ctx: Host) -> None:
+    """Can `kitctl run maxbatch --device cpu` (what --device auto falls back to) start here: locally
+    with this interpreter's PyTorch, or in a present engine image; and under which memory cap."""
+    from ..core.device import available_ram_mib, default_cpu_cap
+
+    rep = ctx.rep
+    cap, _ = default_cpu_cap(available_ram_mib())
+    torch_version, torch_why = _local_torch(ctx.python)
+    images = [i["image"] for i in rep.images if i.get("present") and not i.get("unfit")] if ctx.docker_ok else []
+    ways = []
+    if torch_version:
+        ways.append(f"--runtime local with torch {torch_version}")
+    if images:
+        ways.append(f"--runtime docker with {images[0]}")
+    rep.cpu_run = bool(ways)
+    if rep.cpu_run:
+        rep.cpu_how = f"{' or '.join(ways)}, default memory cap {cap:,} MiB"
+        rep.add("cpu-run", "ok", f"a CPU run can start here: kitctl run maxbatch --device cpu ({rep.cpu_how})")
+    else:
+        rep.cpu_why = [torch_why, "no engine image present" if ctx.docker_ok else "no Docker daemon"]
+        rep.add("cpu-run", "error", f"a CPU run cannot start here: {'; '.join(rep.cpu_why)}",
+                "install the CPU wheel here: python3 -m pip install torch --index-url "
+                "https://download.pytorch.org/whl/cpu (or build an image: kitctl images build)")
+
+
+def _local_torch(python: str | None) -> tuple[str | None, str]:
+    """(torch's version in the local interpreter, or None with why)."""
+    import subprocess
+    import sys
+
+    code = "import torch,sys; sys.stdout.write(torch.__version__)"
+    try:
+        p = subprocess.run([python or sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"the local interpreter did not answer ({_one_line(exc)})"
+    if p.returncode != 0 or not p.stdout.strip():
+        return None, f"no torch in the local interpreter ({python or sys.executable})"
+    return p.stdout.strip(), ""
 
 
 def local_trial_checks(rep: Report) -> None:
@@ -326,4 +367,4 @@ def local_trial_checks(rep: Report) -> None:
 
 
 CHECKS = (check_compose, check_docker, check_nvml, check_images, check_nvidia_runtime, check_cuda, check_gpu_idle,
-          check_disk, check_orphans, check_local_trials, check_gpu_run)
+          check_disk, check_orphans, check_local_trials, check_gpu_run, check_cpu_run)

@@ -47,15 +47,34 @@ def _write_atomic(path: Path, text: str) -> None:
     replace_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
+def _newest_result(folder: Path) -> Path:
+    """The newest result file in the user's folder (what `kitctl report` alone reports)."""
+    from .results_list import list_results, reference_dir
+
+    try:
+        entries = [e for e in list_results(folder) if e.state not in ("unreadable", "other JSON")]
+    except ArtifactError:
+        entries = []
+    if not entries:
+        ref = reference_dir(folder)
+        _fail(f"no result in {folder}/ yet: run a benchmark first (kitctl run maxbatch), or name files"
+              + (f" (the project's reference results are in {ref})" if ref else ""))
+    return folder / entries[0].name
+
+
 def report(
-    results: List[Path] = typer.Argument(..., help="Result files: kitctl artifacts (final or partial) or the reference runner's max-batch JSON."),
+    results: Optional[List[Path]] = typer.Argument(None, help="Result files: kitctl artifacts (final or partial) or the "
+                                                   "reference runner's max-batch JSON (default: the newest result in "
+                                                   "results/, your own runs)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the Markdown to this file."),
     plots: Optional[Path] = typer.Option(None, "--plots", help="Write PNG plots into this folder and link them."),
 ) -> None:
-    """Markdown report of one or more results (printed; --out writes it)."""
+    """Markdown report of one or more results (printed; --out writes it); without files, the newest in results/."""
     from .report import render
     from .sources import load_source
 
+    if not results:
+        results = [_newest_result(Path("results"))]
     try:
         sources = [load_source(p) for p in results]
     except ArtifactError as exc:
@@ -145,10 +164,11 @@ def compare(
 
 
 def results_list(
-    folder: Path = typer.Argument(Path("results"), help="Folder holding result files (default: results/)."),
+    folder: Path = typer.Argument(Path("results"), help="Folder holding result files (default: results/, your "
+                                  "own runs; the project's reference results: results/reference)."),
 ) -> None:
-    """Every result file in a folder: benchmark, date, GPU, engines, headline, state."""
-    from .results_list import is_result, list_results
+    """Every result file in a folder, newest first: benchmark, date, GPU, engines, headline, state."""
+    from .results_list import is_result, list_results, reference_dir
 
     try:
         listed = list_results(folder)
@@ -157,15 +177,20 @@ def results_list(
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
     entries = [e for e in listed if is_result(e)]
     others = [e for e in listed if not is_result(e)]
-    # After the table (or alone): what else ends in .json here, and why it is no result.
+    # After the table (or alone): what else ends in .json here, and why it is no result; where the
+    # project's reference results are.
     apart = (f"not results ({len(others)}): " + "; ".join(f"{e.name}: {e.state}, {e.headline}" for e in others)
              if others else None)
+    ref = reference_dir(folder)
+    refs = (f"the project's reference results are apart: {len(list(ref.glob('*.json')))} files in {ref} "
+            f"(kitctl results list {ref})") if ref is not None else None
     if not entries:
-        console.print(f"no result files in {folder}", markup=False)
-        if apart:
-            console.print(apart, markup=False, soft_wrap=True)
+        console.print(f"no result files in {folder} yet (kitctl run … writes them there)", markup=False)
+        for line in (apart, refs):
+            if line:
+                console.print(line, markup=False, soft_wrap=True)
         return
-    t = Table(title=f"Results in {folder}")
+    t = Table(title=f"Results in {folder}, newest first")
     for col in ("File", "Benchmark", "Date", "GPU", "Engines", "Headline", "State"):
         t.add_column(col, overflow="fold")
     for e in entries:
@@ -174,6 +199,8 @@ def results_list(
     console.print(t)
     if apart:
         console.print(apart, markup=False, soft_wrap=True)
+    if refs:
+        console.print(refs, markup=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,4 +1,7 @@
-"""`kitctl results list [DIR]`: every result file in a folder, one line each.
+"""`kitctl results list [DIR]`: every result file in a folder, one line each, newest first.
+
+DIR defaults to results/, the user's own; the project's reference results (results/reference/)
+are not mixed in: one line after the table says where they are.
 
 kitctl artifacts (final and partial) and reference-runner files; a file that cannot be read is
 listed with the reason instead of stopping the listing. Other JSON files, and `*.json` names that
@@ -41,10 +44,26 @@ def headline(src) -> str:
 
 # The states of files that are not results: listed apart from them (`is_result`).
 OTHER_JSON, SKIPPED = "other JSON", "skipped"
+REFERENCE = "reference"  # the project's committed results, kept apart from the user's (results/reference/)
 
 
 def is_result(e: Entry) -> bool:
     return e.state not in (OTHER_JSON, SKIPPED)
+
+
+def newest_first(keyed: list[tuple[str, Entry]]) -> list[Entry]:
+    """Newest first by creation time (the run just made on top); files without a date last, by name."""
+    dated = sorted((k for k in keyed if k[0]), key=lambda k: (k[0], k[1].name), reverse=True)
+    return [e for _, e in dated] + sorted((e for k, e in keyed if not k[0]), key=lambda e: e.name)
+
+
+def reference_dir(folder: Path) -> Path | None:
+    """The project's reference results beside the user's (folder/reference), when there are some."""
+    ref = folder / REFERENCE
+    try:
+        return ref if ref.is_dir() and any(ref.glob("*.json")) else None
+    except OSError:
+        return None
 
 
 def _skip_reason(path: Path, folder: Path) -> str | None:
@@ -69,20 +88,20 @@ def list_results(folder: Path) -> list[Entry]:
         paths = sorted(folder.glob("*.json"))
     except OSError as exc:  # a name too long, a folder that cannot be read
         raise ArtifactError(f"cannot read {folder}: {exc.strerror or exc}") from None
-    out = []
+    out: list[tuple[str, Entry]] = []  # (created ISO time or "", entry)
     for path in paths:
         skip = _skip_reason(path, folder)
         if skip:
-            out.append(Entry(path.name, "—", "—", "—", "—", skip, SKIPPED))
+            out.append(("", Entry(path.name, "—", "—", "—", "—", skip, SKIPPED)))
             continue
         try:
             src = load_source(path)
         except UnknownKind:
-            out.append(Entry(path.name, "—", "—", "—", "—", "not a benchmark result", OTHER_JSON))
+            out.append(("", Entry(path.name, "—", "—", "—", "—", "not a benchmark result", OTHER_JSON)))
             continue
         except ArtifactError as exc:
             why = str(exc).replace(str(path), "", 1).lstrip(": ").strip()
-            out.append(Entry(path.name, "?", "—", "—", "—", why[:160], "unreadable"))
+            out.append(("", Entry(path.name, "?", "—", "—", "—", why[:160], "unreadable")))
             continue
         engines = list(dict.fromkeys(e for e, *_ in benchmarks.get(src.benchmark).cells(src)))
         state = src.state if src.kind == KITCTL else "reference"
@@ -90,6 +109,6 @@ def list_results(folder: Path) -> list[Entry]:
             if state == "running" and not being_written(path):
                 state = "crashed: no kitctl writes it (--resume continues it)"
             state += " (partial)"
-        out.append(Entry(path.name, src.benchmark, _date(src.created), src.machine_short, ", ".join(engines),
-                         headline(src), state))
-    return out
+        out.append((src.created or "", Entry(path.name, src.benchmark, _date(src.created), src.machine_short,
+                                             ", ".join(engines), headline(src), state)))
+    return newest_first(out)

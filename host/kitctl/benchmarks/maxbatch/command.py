@@ -9,13 +9,14 @@ import typer
 from rich.console import Console
 
 from ... import launch
+from ...core.device import default_cpu_max_batch
 from ...core.search import STRATEGIES
 from ...errors import EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, Fail, err
 from ...runtimes.base import RuntimeUnavailable
 from ...runconfig import (O_ALLOW_CODE_CHANGE, O_CUDNN, O_DATA_DIR, O_DATASET, O_DEVICE, O_ENGINES, O_GPU, O_GPU_REQUEST,
                           O_IDLE_THRESHOLD, O_IMAGE_SIZE, O_MEMORY_LIMIT, O_PRECISION, O_PYTHON, O_REQUIRE_IDLE, O_RESERVE,
                           O_RESULTS_DIR, O_RESUME, O_RUNTIME, O_TIMEOUT, O_VRAM_LIMIT, Dataset, Device,
-                          GpuRequestName, Precision, RuntimeName)
+                          GpuRequestName, Precision, RuntimeName, choose_device)
 from .config import DEFAULT_MAX_BATCH, MaxbatchConfig
 from .run import Lane, Runner, RunPlan
 from .table import all_have_capacity, print_table
@@ -61,13 +62,23 @@ def maxbatch(
 ) -> None:
     """Largest training batch that completes one ResNet-50 step, per engine and precision."""
     console = Console(highlight=False)
+
+    def new_config() -> MaxbatchConfig:
+        choice = choose_device(device.value, memory_limit, runtime.value, python, engines, gpu=gpu, gpus=gpus,
+                               cluster=cluster, vram_limit=vram_limit, gpu_model=gpu_model)
+        top = max_batch
+        if choice.device == "cpu" and ctx.get_parameter_source("max_batch").name in ("DEFAULT", "DEFAULT_MAP"):
+            top = default_cpu_max_batch(choice.memory_limit_mib or 0, start_batch)  # one the cap bounds
+        cfg = MaxbatchConfig.from_flags(engines, precision.value, choice.device, vram_limit, reserve,
+                                        start_batch, top, timeout, runtime.value, dataset.value,
+                                        data_dir, cudnn_benchmark, choice.memory_limit_mib, calibration_batch,
+                                        strategy, gpu, gpu_request.value, gpus, cluster,
+                                        gpu_model, speculate, image_size=image_size)
+        return cfg.with_run(replace(cfg.run, device_choice=choice))
+
     s = launch.start("maxbatch", launch.given_flags(ctx), resume, timeout, gpu, results_dir, python,
                      require_gpu_idle, idle_threshold,
-                     lambda: MaxbatchConfig.from_flags(engines, precision.value, device.value, vram_limit, reserve,
-                                                       start_batch, max_batch, timeout, runtime.value, dataset.value,
-                                                       data_dir, cudnn_benchmark, memory_limit, calibration_batch,
-                                                       strategy, gpu, gpu_request.value, gpus, cluster,
-                                                       gpu_model, speculate, image_size=image_size),
+                     new_config,
                      gpu_request=gpu_request.value, allow_code_change=allow_code_change)
     cfg: MaxbatchConfig = s.config
     plan = RunPlan(engines=s.engines, precisions=list(cfg.run.precisions),

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from ...core.device import recorded_line
 from ...core.tables import Ratio, engine_label, pair_ratios
 
 MEMORY_FAILURES = frozenset({"oom", "vram_cap_exceeded", "host_oom_killed"})
@@ -162,8 +163,9 @@ def print_table(console: Any, model: str, dataset: str, doc: dict[str, Any], fin
 
     rows = maxbatch_rows(doc)
     t = Table(title=f"Max batch — {model}, {dataset}")
-    for col in ("Engine", "Precision", "Max batch", "Peak VRAM at max", "Next batch", "Result"):
-        t.add_column(col, justify="right" if col in ("Max batch", "Peak VRAM at max", "Next batch") else "left")
+    peak = "Peak RAM at max" if (doc.get("configuration") or {}).get("device") == "cpu" else "Peak VRAM at max"
+    for col in ("Engine", "Precision", "Max batch", peak, "Next batch", "Result"):
+        t.add_column(col, justify="right" if col in ("Max batch", peak, "Next batch") else "left")
     for r in rows:
         t.add_row(engine_label(r.engine), r.precision, f"{r.max_batch:,}" if r.max_batch else "—",
                   f"{r.peak_mib:,.0f} MiB" if r.peak_mib is not None else "—",
@@ -171,6 +173,7 @@ def print_table(console: Any, model: str, dataset: str, doc: dict[str, Any], fin
     console.print(t)
     for line in ratios(rows):
         console.print(line)
+    console.print(recorded_line(doc))
     if final is not None:
         console.print(f"artifact: {final}")
 

@@ -1,6 +1,7 @@
 """`kitctl run throughput`: its flags into a ThroughputConfig, the run started through kitctl.launch."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -12,7 +13,7 @@ from ...errors import EXIT_INCOMPLETE, EXIT_OK
 from ...runconfig import (O_ALLOW_CODE_CHANGE, O_CUDNN, O_DATA_DIR, O_DATASET, O_DEVICE, O_ENGINES, O_GPU, O_GPU_REQUEST,
                           O_IDLE_THRESHOLD, O_IMAGE_SIZE, O_MEMORY_LIMIT, O_PRECISION, O_PYTHON, O_REQUIRE_IDLE, O_RESERVE,
                           O_RESULTS_DIR, O_RESUME, O_RUNTIME, O_TIMEOUT, O_VRAM_LIMIT, Dataset, Device,
-                          GpuRequestName, Precision, RuntimeName)
+                          GpuRequestName, Precision, RuntimeName, choose_device)
 from .config import MAX_WARMUP_SECONDS, STEADY_TOLERANCE, WINDOW_IMAGES, WINDOW_SECONDS, ThroughputConfig
 from .table import all_ok, print_table
 
@@ -62,15 +63,22 @@ def throughput(
     from .run import ThroughputPlan, ThroughputRunner
 
     console = Console(highlight=False)
+
+    def new_config() -> ThroughputConfig:
+        choice = choose_device(device.value, memory_limit, runtime.value, python, engines, gpu=gpu,
+                               vram_limit=vram_limit)
+        cfg = ThroughputConfig.from_flags(engines, precision.value, choice.device, vram_limit, reserve,
+                                          batch, runs, warmup_steps, steps, timeout, runtime.value,
+                                          dataset.value, data_dir, cudnn_benchmark, choice.memory_limit_mib, gpu,
+                                          gpu_request.value, image_size=image_size,
+                                          window_images=window_images, window_seconds=window_seconds,
+                                          steady_tolerance=steady_tolerance,
+                                          max_warmup_seconds=max_warmup_seconds)
+        return cfg.with_run(replace(cfg.run, device_choice=choice))
+
     s = launch.start("throughput", launch.given_flags(ctx), resume, timeout, gpu, results_dir, python,
                      require_gpu_idle, idle_threshold,
-                     lambda: ThroughputConfig.from_flags(engines, precision.value, device.value, vram_limit, reserve,
-                                                         batch, runs, warmup_steps, steps, timeout, runtime.value,
-                                                         dataset.value, data_dir, cudnn_benchmark, memory_limit, gpu,
-                                                         gpu_request.value, image_size=image_size,
-                                                         window_images=window_images, window_seconds=window_seconds,
-                                                         steady_tolerance=steady_tolerance,
-                                                         max_warmup_seconds=max_warmup_seconds),
+                     new_config,
                      gpu_request=gpu_request.value, allow_code_change=allow_code_change)
     cfg: ThroughputConfig = s.config
     base = launch.base_request("throughput", cfg.run, **cfg.request_fields())

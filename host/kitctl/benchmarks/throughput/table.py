@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ...core.device import recorded_line
 from ...core.recorded import read_view
 from ...core.tables import Ratio, engine_label, pair_ratios
 from .config import ThroughputRecorded
@@ -169,6 +170,7 @@ def print_table(console: Any, model: str, dataset: str, batch: int, doc: dict[st
     methods = {(c.get("summary") or {}).get("ci_method") for c in doc["results"]} - {None}
     for m in sorted(methods):
         console.print(f"CI: {m}")
+    console.print(recorded_line(doc))
     if final is not None:
         console.print(f"artifact: {final}")
 
