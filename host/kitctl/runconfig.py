@@ -71,8 +71,8 @@ O_DATASET = typer.Option(Dataset.synthetic, help="synthetic or cifar10.")
 O_DATA_DIR = typer.Option(None, help="CIFAR-10 folder (binary or python layout) or its parent.")
 O_IMAGE_SIZE = typer.Option(DEFAULT_IMAGE_SIZE, help="Input side in pixels: 32 (CIFAR-10 geometry, the default) "
                             f"or e.g. 224 (ImageNet geometry, synthetic data); {MIN_IMAGE_SIZE} to {MAX_IMAGE_SIZE}.")
-O_CUDNN = typer.Option(False, "--cudnn-benchmark", help="Turn cuDNN autotuning on (changes memory use).")
-O_REQUIRE_IDLE = typer.Option(False, "--require-gpu-idle", help="Refuse to start when the GPU holds memory.")
+O_CUDNN = typer.Option(False, "--cudnn-benchmark/--no-cudnn-benchmark", help="Turn cuDNN autotuning on (changes memory use).")
+O_REQUIRE_IDLE = typer.Option(False, "--require-gpu-idle/--no-require-gpu-idle", help="Refuse to start when the GPU holds memory.")
 O_IDLE_THRESHOLD = typer.Option(1024.0, help="MiB in use above which the GPU is not idle.")
 O_MEMORY_LIMIT = typer.Option(None, help="Host memory limit per candidate in MiB (--device cpu; 6 MiB to the "
                               "host's RAM).")
@@ -81,6 +81,10 @@ O_RESULTS_DIR = typer.Option(Path("results"), help="Where artifacts are written.
 O_RESUME = typer.Option(None, help="Continue the run in this .partial.json, with its own configuration, runtime, "
                         "image or interpreter; beside it only --timeout, --gpu, --require-gpu-idle and "
                         "--idle-threshold are accepted (and --gpu-request, checked against the partial's).")
+# What a command prints, not what it measures (accepted beside --resume too).
+O_JSON = typer.Option(False, "--json", help="Print the artifact's JSON document on stdout at the end (instead of "
+                      "the table); progress stays on stderr.")
+O_CSV = typer.Option(None, "--csv", help="Also write the end table as CSV to this file.")
 O_GPU_REQUEST = typer.Option(GpuRequestName.auto, help="How Docker attaches the GPU: toolkit (NVIDIA Container "
                              "Toolkit, --gpus style), cdi (nvidia.com/gpu=UUID) or auto (probe once: what works).")
 

@@ -6,14 +6,14 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 
 from ... import launch
+from ...output import ResultOutput
 from ...core.search import STRATEGIES
 from ...errors import EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, Fail, err
 from ...runtimes.base import RuntimeUnavailable
-from ...runconfig import (O_CUDNN, O_DATA_DIR, O_DATASET, O_DEVICE, O_ENGINES, O_GPU, O_GPU_REQUEST,
-                          O_IDLE_THRESHOLD, O_IMAGE_SIZE, O_MEMORY_LIMIT, O_PRECISION, O_PYTHON, O_REQUIRE_IDLE, O_RESERVE,
+from ...runconfig import (O_CSV, O_CUDNN, O_DATA_DIR, O_DATASET, O_DEVICE, O_ENGINES, O_GPU, O_GPU_REQUEST,
+                          O_IDLE_THRESHOLD, O_IMAGE_SIZE, O_JSON, O_MEMORY_LIMIT, O_PRECISION, O_PYTHON, O_REQUIRE_IDLE, O_RESERVE,
                           O_RESULTS_DIR, O_RESUME, O_RUNTIME, O_TIMEOUT, O_VRAM_LIMIT, Dataset, Device,
                           GpuRequestName, Precision, RuntimeName)
 from .config import DEFAULT_MAX_BATCH, MaxbatchConfig
@@ -45,6 +45,8 @@ def maxbatch(
     results_dir: Path = O_RESULTS_DIR,
     resume: Optional[Path] = O_RESUME,
     gpu_request: GpuRequestName = O_GPU_REQUEST,
+    as_json: bool = O_JSON,
+    csv: Optional[Path] = O_CSV,
     gpus: Optional[str] = typer.Option(None, help="Several GPUs of this host, e.g. 0,1 or all: cells run side "
                                        "by side, one per GPU, each GPU with its own baseline, sampler, "
                                        "gate and calibration (cards of one model)."),
@@ -59,7 +61,8 @@ def maxbatch(
                                    "next under each outcome); the answer is the one-GPU search's either way."),
 ) -> None:
     """Largest training batch that completes one ResNet-50 step, per engine and precision."""
-    console = Console(highlight=False)
+    launch.check_output_flags(csv)
+    console = ResultOutput(as_json, csv)
     s = launch.start("maxbatch", launch.given_flags(ctx), resume, timeout, gpu, results_dir, python,
                      require_gpu_idle, idle_threshold,
                      lambda: MaxbatchConfig.from_flags(engines, precision.value, device.value, vram_limit, reserve,
@@ -89,7 +92,7 @@ def maxbatch(
             err.print(f"kitctl: {exc}")
             raise typer.Exit(EXIT_USAGE)
         plan = replace(plan, budget=lanes[0].budget, watcher_factory=lanes[0].watcher_factory)
-    runner = Runner(plan, s.rt, s.store, s.doc, launch.make_view(console, s), lanes=lanes,
+    runner = Runner(plan, s.rt, s.store, s.doc, launch.make_view(None, s), lanes=lanes,
                     speculate=cfg.speculate and not cfg.cluster)  # Ray lanes: one cell per node, as before
     try:
         doc, final = launch.execute(runner, s.store)
@@ -99,4 +102,5 @@ def maxbatch(
 
             ray_cluster.disconnect()
     print_table(console, cfg.run.model, cfg.run.dataset, doc, final)
+    launch.finish_output(console, doc)
     raise typer.Exit(EXIT_OK if all_have_capacity(doc) else EXIT_INCOMPLETE)

@@ -5,12 +5,12 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 
 from ... import launch
+from ...output import ResultOutput
 from ...errors import EXIT_INCOMPLETE, EXIT_OK
-from ...runconfig import (O_CUDNN, O_DATA_DIR, O_DATASET, O_DEVICE, O_ENGINES, O_GPU, O_GPU_REQUEST,
-                          O_IDLE_THRESHOLD, O_IMAGE_SIZE, O_MEMORY_LIMIT, O_PRECISION, O_PYTHON, O_REQUIRE_IDLE, O_RESERVE,
+from ...runconfig import (O_CSV, O_CUDNN, O_DATA_DIR, O_DATASET, O_DEVICE, O_ENGINES, O_GPU, O_GPU_REQUEST,
+                          O_IDLE_THRESHOLD, O_IMAGE_SIZE, O_JSON, O_MEMORY_LIMIT, O_PRECISION, O_PYTHON, O_REQUIRE_IDLE, O_RESERVE,
                           O_RESULTS_DIR, O_RESUME, O_RUNTIME, O_TIMEOUT, O_VRAM_LIMIT, Dataset, Device,
                           GpuRequestName, Precision, RuntimeName)
 from .config import MAX_WARMUP_SECONDS, STEADY_TOLERANCE, WINDOW_IMAGES, WINDOW_SECONDS, ThroughputConfig
@@ -56,11 +56,14 @@ def throughput(
     results_dir: Path = O_RESULTS_DIR,
     resume: Optional[Path] = O_RESUME,
     gpu_request: GpuRequestName = O_GPU_REQUEST,
+    as_json: bool = O_JSON,
+    csv: Optional[Path] = O_CSV,
 ) -> None:
     """Steady-state training images/s at one batch, per engine and precision, over fresh runs."""
     from .run import ThroughputPlan, ThroughputRunner
 
-    console = Console(highlight=False)
+    launch.check_output_flags(csv)
+    console = ResultOutput(as_json, csv)
     s = launch.start("throughput", launch.given_flags(ctx), resume, timeout, gpu, results_dir, python,
                      require_gpu_idle, idle_threshold,
                      lambda: ThroughputConfig.from_flags(engines, precision.value, device.value, vram_limit, reserve,
@@ -77,7 +80,8 @@ def throughput(
                           timeout_s=cfg.run.timeout_s, budget=s.gpuctx.budget if s.gpuctx else None,
                           ci_level=cfg.ci_level, watcher_factory=launch.watcher_factory(s.gpuctx, telemetry=True),
                           steady_tolerance=cfg.steady_tolerance)
-    runner = ThroughputRunner(plan, s.rt, s.store, s.doc, launch.make_view(console, s))  # type: ignore[arg-type]
+    runner = ThroughputRunner(plan, s.rt, s.store, s.doc, launch.make_view(None, s))  # type: ignore[arg-type]
     doc, final = launch.execute(runner, s.store)
     print_table(console, cfg.run.model, cfg.run.dataset, cfg.batch, doc, final, cfg.run.image_size)
+    launch.finish_output(console, doc)
     raise typer.Exit(EXIT_OK if all_ok(doc) else EXIT_INCOMPLETE)
