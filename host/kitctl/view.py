@@ -23,6 +23,8 @@ def _peak_text(o: TrialOutcome) -> str:
         return f"{p.device_delta_mib:,.0f}"
     if p.framework_mib is not None:
         return f"{p.framework_mib:,.0f} (fw)"
+    if getattr(p, "host_rss_mib", None) is not None:  # --device cpu: the trial's host memory
+        return f"{p.host_rss_mib:,.0f} (RSS)"
     return "—"
 
 

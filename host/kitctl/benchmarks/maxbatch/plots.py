@@ -151,7 +151,7 @@ def plot_vram(src: Source, s: VramSeries, out_dir: Path) -> PlotFile:
         _boundary_panel(zoom, s, near)
     _batch_axis(ax, s.batches)
     ax.set_xlabel("batch")
-    mem = "VRAM" if src.gpu_name is not None else "memory"
+    mem = "VRAM" if src.gpu_name is not None else "host memory (RSS)"
     ax.set_ylabel(f"peak {mem}, MiB\n{s.peak_source or 'no peak recorded'}", fontsize=9)
     ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:,.0f}"))
     ax.set_ylim(bottom=0)
@@ -160,7 +160,9 @@ def plot_vram(src: Source, s: VramSeries, out_dir: Path) -> PlotFile:
     (fig.suptitle if zoom is not None else ax.set_title)(f"{title}\n{src.machine_short} · {src.name}", fontsize=10)
     ax.legend(loc="upper left", fontsize=8, framealpha=0.9)
     fig.tight_layout()
-    path = out_dir / safe_name(f"{src.stem}-vram-{s.engine}-{s.precision}.png")
+    # Named for what it plots: a --device cpu run's peaks are host memory, not VRAM.
+    what = "vram" if src.gpu_name is not None else "memory"
+    path = out_dir / safe_name(f"{src.stem}-{what}-{s.engine}-{s.precision}.png")
     save(fig, path)  # closes the figure
     return PlotFile(path, f"{engine_label(s.engine)} {s.precision}: peak {mem} against batch", "vram", src.name,
                     {"points": drawn, "budget_y": budget_y, "missing_peak": missing,
