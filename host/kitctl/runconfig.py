@@ -85,6 +85,9 @@ O_RESUME = typer.Option(None, help="Continue the run in this .partial.json, with
 O_JSON = typer.Option(False, "--json", help="Print the artifact's JSON document on stdout at the end (instead of "
                       "the table); progress stays on stderr.")
 O_CSV = typer.Option(None, "--csv", help="Also write the end table as CSV to this file.")
+# The data benchmarks' --resume: they have no --gpu/--timeout beside it; every setting is the partial's.
+O_RESUME_DATA = typer.Option(None, help="Continue the run in this .partial.json with its own configuration "
+                             "(its loaders, data, workers, runs and runtime): the other settings are the partial's.")
 O_GPU_REQUEST = typer.Option(GpuRequestName.auto, help="How Docker attaches the GPU: toolkit (NVIDIA Container "
                              "Toolkit, --gpus style), cdi (nvidia.com/gpu=UUID) or auto (probe once: what works).")
 
