@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...core.tables import engine_family, engine_label
-from ...reports.plots import FAMILY_COLORS, MEM, OTHER, PASS, Bars, PlotFile, max_n, mpl, plot_bars, safe_name, save, \
+from ...reports.plots import FAMILY_COLORS, MEM, OTHER, PASS, Bars, PlotFile, bars_legend, max_n, mpl, plot_bars, safe_name, save, \
     thousands
 from ...reports.sources import KITCTL
 
@@ -180,7 +180,10 @@ def plot_maxbatch(sources: list[Source], out_dir: Path) -> PlotFile:
         key = hashlib.sha1("\n".join(sorted(s.name for s in sources)).encode()).hexdigest()[:8]
         title, name = "Max training batch — all results", f"overview-maxbatch-{key}.png"
     path = out_dir / safe_name(name)
-    data = plot_bars(b, title, "largest batch that completes one training step", path, errors=False)
+    families = {engine_family(r.engine): FAMILY_COLORS.get(engine_family(r.engine), "#7f7f7f")
+                for s in sources for r in s.rows}
+    legend = bars_legend(families, hatched="≥: censored at --max-batch (a lower bound)" if "≥" in b.notes else None)
+    data = plot_bars(b, title, "largest batch that completes one training step", path, errors=False, legend=legend)
     return PlotFile(path, "Max batch per engine" + ("" if one else " (all results)"), "maxbatch",
                     sources[0].name if one else None, data)
 
