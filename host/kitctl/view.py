@@ -9,7 +9,7 @@ from typing import Any, TextIO
 
 from rich.console import Console, Group
 from rich.live import Live
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from .core.outcome import TrialOutcome
@@ -142,12 +142,12 @@ class LiveView:
         self.rows: list[list[Any]] = []
         self.started: float | None = None
         self.progress = Pace()
-        # rich's ETA is its own estimate from the pace of completed steps; a candidate takes minutes,
-        # so the pace is read over the whole run, not its default last 30 s.
+        # The ETA is the Pace's (the mean time of the candidates done × those left), the same figure the
+        # plain lines print: rich's own estimate needs two completed steps within its window.
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TextColumn("{task.fields[left]}"), TimeElapsedColumn(), TextColumn("ETA"),
-                            TimeRemainingColumn(), console=console, speed_estimate_period=7 * 24 * 3600.0)
-        self.task = self.bar.add_task("candidates", total=None, left="")
+                            TextColumn("{task.fields[left]}"), TimeElapsedColumn(), TextColumn("{task.fields[eta]}"),
+                            console=console)
+        self.task = self.bar.add_task("candidates done", total=None, left="", eta="ETA —")
         # get_renderable: the running row's seconds tick on every refresh.
         self.live = Live(console=console, refresh_per_second=4, get_renderable=self._render)
         self.live.start()
@@ -160,8 +160,11 @@ class LiveView:
 
     def _update_bar(self) -> None:
         p = self.progress
-        left = "" if p.left is None else f"({'≤ ' if p.bound else ''}{p.left} left)"
-        self.bar.update(self.task, completed=p.done, total=None if p.left is None else p.done + p.left, left=left)
+        le = "≤ " if p.bound else ""
+        left = "" if p.left is None else f"({le}{p.left} left)"
+        eta = p.eta_s()
+        self.bar.update(self.task, completed=p.done, total=None if p.left is None else p.done + p.left, left=left,
+                        eta="ETA —" if eta is None else f"ETA {le}{_duration(eta)}")
 
     def _table(self) -> Table:
         t = Table(title=self.title, expand=False)

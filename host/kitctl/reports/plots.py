@@ -180,6 +180,8 @@ def plot_bars(b: Bars, title: str, xlabel: str, path: Path, errors: bool,
     if errors:
         data["err_low"], data["err_high"] = list(b.err_low), list(b.err_high)
     data["xlim"] = [float(v) for v in ax.get_xlim()]
+    data["xticks"] = [t.get_text() for t in ax.get_xticklabels()]
+    data["legend"] = [h.get_label() for h in legend or []]
     return data
 
 
