@@ -110,6 +110,10 @@ def _plot_lines(files: list[PlotFile], base: Path) -> list[str]:
     return out
 
 
+# A side-by-side overview wider than this, and mostly dashes (a run per engine), lists each cell's figures instead.
+MAX_OVERVIEW_COLUMNS = 8
+
+
 def _overview(sources: list[Source], plots: list[PlotFile], base: Path) -> list[str]:
     h = heading(2)
     lines = [h("Overview"), ""]
@@ -149,7 +153,8 @@ def _overview(sources: list[Source], plots: list[PlotFile], base: Path) -> list[
         # A ratio column only where some cell was measured in both results (runs of different data or
         # worker counts share no cell: a column of dashes says nothing).
         filled = sum(1 for n, _ in group for e, p in keys if vals.get((n, e, p), "—") not in ("—", ""))
-        if len(group) > 2 and filled < 0.5 * len(group) * len(keys):
+        later = [n for n, _ in group[1:] if any(ratio(n, e, p) != "—" for e, p in keys)]
+        if 2 + len(group) + len(later) > MAX_OVERVIEW_COLUMNS and filled < 0.5 * len(group) * len(keys):
             # Mostly one engine per result (a run per engine): a column per result would be mostly dashes.
             # One row per cell instead, each figure with the result it comes from.
             lines += [f"{bench.report_unit.capitalize()}, per result:", ""]
@@ -163,7 +168,6 @@ def _overview(sources: list[Source], plots: list[PlotFile], base: Path) -> list[
                           "(see each result's own section)._", ""]
             lines += _cross_ratios(group, bench)
             continue
-        later = [n for n, _ in group[1:] if any(ratio(n, e, p) != "—" for e, p in keys)]
         against = f" (ratios against [{first}])" if later else ""
         lines += [f"Side by side, {bench.report_unit}{against}:", ""]
         lines += table([*bench.cell_heads, *[f"[{n}] {s.machine_short}" for n, s in group],
