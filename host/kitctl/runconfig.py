@@ -71,8 +71,10 @@ O_DATASET = typer.Option(Dataset.synthetic, help="synthetic or cifar10.")
 O_DATA_DIR = typer.Option(None, help="CIFAR-10 folder (binary or python layout) or its parent.")
 O_IMAGE_SIZE = typer.Option(DEFAULT_IMAGE_SIZE, help="Input side in pixels: 32 (CIFAR-10 geometry, the default) "
                             f"or e.g. 224 (ImageNet geometry, synthetic data); {MIN_IMAGE_SIZE} to {MAX_IMAGE_SIZE}.")
-O_CUDNN = typer.Option(False, "--cudnn-benchmark/--no-cudnn-benchmark", help="Turn cuDNN autotuning on (changes memory use).")
-O_REQUIRE_IDLE = typer.Option(False, "--require-gpu-idle/--no-require-gpu-idle", help="Refuse to start when the GPU holds memory.")
+O_CUDNN = typer.Option(False, "--cudnn-benchmark/--no-cudnn-benchmark",
+                       help="Turn cuDNN autotuning on (changes memory use).")
+O_REQUIRE_IDLE = typer.Option(False, "--require-gpu-idle/--no-require-gpu-idle",
+                              help="Refuse to start when the GPU holds memory.")
 O_IDLE_THRESHOLD = typer.Option(1024.0, help="MiB in use above which the GPU is not idle.")
 O_MEMORY_LIMIT = typer.Option(None, help="Host memory limit per candidate in MiB (--device cpu; 6 MiB to the "
                               "host's RAM).")

@@ -13,7 +13,8 @@ from ...core.search import STRATEGIES
 from ...errors import EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, Fail, err
 from ...runtimes.base import RuntimeUnavailable
 from ...runconfig import (O_CSV, O_CUDNN, O_DATA_DIR, O_DATASET, O_DEVICE, O_ENGINES, O_GPU, O_GPU_REQUEST,
-                          O_IDLE_THRESHOLD, O_IMAGE_SIZE, O_JSON, O_MEMORY_LIMIT, O_PRECISION, O_PYTHON, O_REQUIRE_IDLE, O_RESERVE,
+                          O_IDLE_THRESHOLD, O_IMAGE_SIZE, O_JSON, O_MEMORY_LIMIT, O_PRECISION, O_PYTHON,
+                          O_REQUIRE_IDLE, O_RESERVE,
                           O_RESULTS_DIR, O_RESUME, O_RUNTIME, O_TIMEOUT, O_VRAM_LIMIT, Dataset, Device,
                           GpuRequestName, Precision, RuntimeName)
 from .config import DEFAULT_MAX_BATCH, MaxbatchConfig

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...core.tables import engine_family, engine_label
-from ...reports.plots import FAMILY_COLORS, MEM, OTHER, PASS, Bars, PlotFile, bars_legend, max_n, mpl, plot_bars, safe_name, save, \
-    thousands
+from ...reports.plots import FAMILY_COLORS, MEM, OTHER, PASS, Bars, PlotFile, bars_legend, max_n, mpl, plot_bars, \
+    safe_name, save, thousands
 from ...reports.sources import KITCTL
 
 if TYPE_CHECKING:
