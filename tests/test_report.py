@@ -92,10 +92,13 @@ def test_golden_combined_with_plots(tmp_path):
 
 
 def test_report_cli_prints_markdown_and_writes_out(tmp_path):
+    golden = (DATA / "maxbatch-h200-eager.golden.md").read_text(encoding="utf-8")
+    p = kitctl("report", str(EAGER))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == golden  # not a terminal: raw Markdown
     p = kitctl("report", str(EAGER), "--out", str(tmp_path / "r.md"))
     assert p.returncode == 0, p.stderr
-    golden = (DATA / "maxbatch-h200-eager.golden.md").read_text(encoding="utf-8")
-    assert p.stdout == golden  # not a terminal: raw Markdown
+    assert p.stdout == ""  # --out writes the file instead of printing the report
     assert (tmp_path / "r.md").read_text(encoding="utf-8") == golden
     assert p.stderr.strip() == f"report: {tmp_path / 'r.md'}"
 
