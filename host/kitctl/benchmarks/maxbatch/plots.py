@@ -74,7 +74,8 @@ def _batch_axis(ax, batches: list[int]) -> None:
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
         ax.xaxis.set_minor_formatter(NullFormatter())
-    else:
+    else:  # whole batches only: a fractional tick printed as an integer repeated its neighbours ("2 2 2 3")
+        ax.xaxis.set_major_locator(max_n(6))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
 
 
@@ -154,7 +155,8 @@ def plot_vram(src: Source, s: VramSeries, out_dir: Path) -> PlotFile:
     mem = "VRAM" if src.gpu_name is not None else "host memory (RSS)"
     ax.set_ylabel(f"peak {mem}, MiB\n{s.peak_source or 'no peak recorded'}", fontsize=9)
     ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:,.0f}"))
-    ax.set_ylim(bottom=0)
+    top = max([p for p in s.peaks if p is not None] + [s.budget_mib or 0.0, 1.0])
+    ax.set_ylim(0, top * 1.12)  # the highest point and its marker inside the axes (not cut at the frame)
     ax.grid(True, which="major", alpha=0.3)
     title = f"{engine_label(s.engine)} {s.precision}: peak {mem} per candidate"
     (fig.suptitle if zoom is not None else ax.set_title)(f"{title}\n{src.machine_short} · {src.name}", fontsize=10)
