@@ -532,7 +532,7 @@ def test_resume_rederives_a_cell_the_partial_calls_done(work, tmp_path):
     assert (cell["search_status"], cell["max_batch"], cell["next_batch"]) == ("censored_at_max_batch", 2, None)
     assert [t["batch"] for t in cell["trials"]] == [2]  # re-derived, nothing re-run
     assert final["configuration"]["timeout_s"] == 30
-    assert "5,000" not in p.stdout and "the partial said" in p.stdout
+    assert "5,000" not in p.stdout + p.stderr and "the partial said" in p.stderr  # a note: stderr
     assert sorted(x.name for x in partial.parent.iterdir()) == [partial.name.replace(".partial.json", ".json")]
 
 

@@ -10,7 +10,10 @@ six renderings changed — and with the artifacts added to results/ that day. Ag
 run's span now says "from the first start to the end, across N invocations" (the 10 renderings of
 resumed artifacts changed, nothing else), with that day's artifacts added. Again the same day: the throughput
 artifacts from before the window rule carry a "Window too short to be steady" caveat (only the reports of
-those artifacts changed, by that line), with the window rule's H200 artifacts added. A rendering that raised is recorded as its exception's type. Files added to results/ later
+those artifacts changed, by that line), with the window rule's H200 artifacts added. Again for the plots and report habits: bar plots record their axis
+limits, tick labels and legend (and dataload/train-e2e draw through the shared bars), throughput intervals are
+shown without ±, a max-batch CPU table says host RSS, and a wide sparse overview lists each cell's figures: only
+`report` renderings changed (51 of 54); every compare and results-list rendering is as before. A rendering that raised is recorded as its exception's type. Files added to results/ later
 are not in the snapshot and are not checked here (the typed-view test below still reads them).
 Regenerate only on purpose: `KITCTL_UPDATE_RENDERS=1 python3 -m pytest -q tests/test_committed_renders.py`.
 """

@@ -78,8 +78,8 @@ def test_kill_9_mid_candidate_leaves_an_orphan_that_is_removed_and_the_partial_r
 
         p = kitctl("run", "maxbatch", "--resume", str(partial), env=env)
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-        swept = "orphaned kit container(s): " in p.stdout and c.short_id in p.stdout
-        assert swept == (removed_by == "the resumed run's sweep"), p.stdout[-3000:]
+        swept = "orphaned kit container(s): " in p.stderr and c.short_id in p.stderr  # a note: stderr
+        assert swept == (removed_by == "the resumed run's sweep"), p.stderr[-3000:]
         assert client.containers.list(all=True, filters=mine) == []
         assert client.containers.list(all=True, filters={"label": f"kit.run-id={doc['run_id']}"}) == []
 

@@ -95,6 +95,6 @@ def test_auto_falls_back_to_local_and_says_why(tmp_path):
     p = kitctl("run", "maxbatch", "--device", "cpu", "--start-batch", "2", "--max-batch", "2",
                "--results-dir", str(tmp_path), env={"DOCKER_HOST": f"unix://{tmp_path}/no-daemon.sock"})
     assert p.returncode == 0, p.stderr
-    assert "--runtime auto: using local" in p.stdout
+    assert "--runtime auto: using local" in p.stderr  # a note, with the progress
     (final,) = [f for f in tmp_path.glob("*.json")]
     assert load(final)["runtime"]["name"] == "local"

@@ -90,7 +90,7 @@ def assert_gate_killed(p: subprocess.CompletedProcess, doc: dict, log: Path) -> 
     assert cal["elapsed_s"] < TIMEOUT_S / 2, cal["elapsed_s"]  # killed, not timed out
     assert cell["search_status"] == "invalid_non_memory_failure" and "vram_cap_exceeded" in cell["reason"]
     assert cell["trials"] == []  # the search never started on a failed calibration
-    assert "vram_cap_exceeded [kit_vram_gate]" in p.stdout
+    assert "vram_cap_exceeded [kit_vram_gate]" in p.stderr  # a progress line
 
     # The stand-in's own record (wall time, every look-up of the candidate's processes).
     lines = [json.loads(x) for x in log.read_text().splitlines()]

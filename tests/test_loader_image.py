@@ -414,7 +414,7 @@ def test_kitctl_dataload_cold_through_a_capped_read_path(client, loader_image, t
                        capture_output=True, text=True, timeout=600)
     print(f"corpus + dataload: {time.monotonic() - t0:.0f} s")
     assert p.returncode == 0, p.stderr + p.stdout
-    assert "cold @ 0.5 MB/s w=2 run 1/1" in p.stdout
+    assert "cold @ 0.5 MB/s w=2 run 1/1" in p.stderr  # a progress line
     [final] = [f for f in res.glob("dataload-*.json") if not f.name.endswith(".partial.json")]
     doc = load(final)
     assert doc["configuration"]["read_cap"] == {"mb_per_s": 0.5, "device": disk,

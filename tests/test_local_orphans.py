@@ -140,7 +140,7 @@ def test_kill_9_of_kitctl_kills_its_trial_and_the_partial_resumes(tmp_path):
         (partial,) = results.glob("*.partial.json")
         p = kitctl("run", "maxbatch", "--resume", str(partial), env=env)
         assert p.returncode == 0, p.stderr
-        assert f"killed an orphaned local trial: pid {orphan.pid}" in p.stdout
+        assert f"killed an orphaned local trial: pid {orphan.pid}" in p.stderr  # a note: stderr
         assert orphan.none_alive()
         final = load(partial.with_name(partial.name.replace(".partial.json", ".json")))
         assert final["state"] == "complete" and len(final["resumes"]) == 1

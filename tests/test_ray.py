@@ -140,7 +140,7 @@ def test_a_node_killed_mid_candidate_is_a_crash_retried_on_another_node(cluster,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=kitctl_env(c.address),
                             cwd=tmp_path)
     try:
-        for line in proc.stdout:  # wait until batch 4 is running on some node
+        for line in proc.stderr:  # wait until batch 4 is running on some node (progress: stderr)
             if "batch 4 (search) …" in line:
                 break
         ray.init(address=c.address, logging_level="ERROR", log_to_driver=False)
@@ -176,7 +176,7 @@ def test_an_interrupted_cluster_run_resumes_from_its_partial(cluster, tmp_path):
     proc = subprocess.Popen([*ENTRY, *BASE, "--precision", "fp32", "--start-batch", "2", "--max-batch", "8",
                              "--cluster", "auto", "--results-dir", str(results)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
-    for line in proc.stdout:
+    for line in proc.stderr:  # the progress lines are on stderr
         if "batch 4 (search) …" in line:
             break
     proc.send_signal(signal.SIGINT)

@@ -92,10 +92,13 @@ def test_golden_combined_with_plots(tmp_path):
 
 
 def test_report_cli_prints_markdown_and_writes_out(tmp_path):
+    golden = (DATA / "maxbatch-h200-eager.golden.md").read_text(encoding="utf-8")
+    p = kitctl("report", str(EAGER))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == golden  # not a terminal: raw Markdown
     p = kitctl("report", str(EAGER), "--out", str(tmp_path / "r.md"))
     assert p.returncode == 0, p.stderr
-    golden = (DATA / "maxbatch-h200-eager.golden.md").read_text(encoding="utf-8")
-    assert p.stdout == golden  # not a terminal: raw Markdown
+    assert p.stdout == ""  # --out writes the file instead of printing the report
     assert (tmp_path / "r.md").read_text(encoding="utf-8") == golden
     assert p.stderr.strip() == f"report: {tmp_path / 'r.md'}"
 
@@ -609,10 +612,13 @@ def test_cpu_and_empty_artifacts_render(tmp_path):
     f.write_text(json.dumps(doc))
     src = load_source(f)
     md = render([src])
-    assert "| Peak memory at max |" in md and "Peak memory at max: host RSS." in md
+    # Host memory, never "VRAM", in the table and in the plots' names
+    assert "| Peak host RSS at max |" in md and "Peak host RSS at max: host RSS." in md
+    assert "VRAM at max" not in md
     assert "**CPU run**" in md and "| Memory rule | --memory-limit 1,500 MiB" in md and "| GPU | none (CPU run) |" in md
     vram = [p for p in make_plots([src], tmp_path / "p") if p.kind == "vram"]
     assert all(p.data["budget_y"] is None and p.data["missing_peak"] == [] for p in vram)
+    assert vram and all("-memory-" in p.path.name and "-vram-" not in p.path.name for p in vram)
     doc.update(state="running", results=[])
     f.write_text(json.dumps(doc))
     md = render([load_source(f)])

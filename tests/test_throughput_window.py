@@ -8,6 +8,7 @@ known power, beside a real PyTorch trial on the CPU.
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -314,8 +315,15 @@ def test_a_real_run_records_joules_from_the_counter_and_its_steadiness(tmp_path)
                           timeout_s=300, budget=make_budget(143771.0, None, 256),
                           watcher_factory=lambda b: NvmlSampler(nvml, handle, b, telemetry=True))
     store = ArtifactStore.create(tmp_path, "throughput", "resnet50", "synthetic", stamp="T")
-    doc = ThroughputRunner(plan, rt, store, doc, PlainView()).run()
+    lines = io.StringIO()
+    doc = ThroughputRunner(plan, rt, store, doc, PlainView(lines)).run()
     validate(doc)
+    # Each run is one start line and one end line holding its figure and the progress (not a second line
+    # repeating the run with its images/s, which read as a run more)
+    for i, left in ((1, "1 left, ETA"), (2, "0 left, ETA")):
+        mine = [ln for ln in lines.getvalue().splitlines() if f"run {i}/2" in ln]
+        assert len(mine) == 2 and mine[0].endswith("…"), mine
+        assert "images/s" in mine[1] and f"[{i} done, {left}" in mine[1], mine
     (cell,) = doc["results"]
     assert cell["status"] == "ok", cell.get("reason")
     for r in cell["runs"]:

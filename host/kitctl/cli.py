@@ -7,6 +7,7 @@ kitctl.launch. Exit codes: kitctl.errors.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
 
@@ -18,8 +19,34 @@ from .images import cli as images_cli
 from .reports.cli import register as register_reports
 from .runtimes import clean
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Containerized benchmarks for deep-learning engines: max batch, training throughput, data loading.")
+
+
+def version_text() -> str:
+    """"kitctl 0.1.0 (commit 1a2b3c4d5e6f, dirty)": the version and the commit the code came from."""
+    from . import __version__
+    from .core.provenance import git_state
+
+    try:
+        state = git_state()
+    except ValueError:  # a malformed stamp or KITCTL_GIT_* variable: the version still answers
+        state = None
+    if state is None or not state.commit:
+        return f"kitctl {__version__} (commit unknown)"
+    return f"kitctl {__version__} (commit {state.commit[:12]}{', dirty' if state.dirty else ''})"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(version_text())
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                       help="Print the kit's version and commit, and exit.")) -> None:
+    """Containerized benchmarks for deep-learning engines: max batch, training throughput, data loading."""
 run_app = typer.Typer(no_args_is_help=True, help="Run a benchmark.")
 app.add_typer(run_app, name="run")
 for _b in benchmarks.all():
@@ -31,6 +58,23 @@ for _b in benchmarks.all():  # a benchmark's own top-level commands (e.g. prepar
         _b.add_commands(app)
 app.command("doctor")(doctor.doctor)
 app.command("clean")(clean.clean)
+
+
+def _hide_flag_types(cmd: Any) -> Any:
+    """typer's rich help shows `<bool>` beside a flag, which reads as if it took a value
+    (`--cudnn-benchmark true` is then an extra argument): flags show no type column."""
+    helper = cmd.get_help_option(typer.Context(cmd))  # made on first use: make it now, to reach it
+    for p in [*getattr(cmd, "params", []), *([helper] if helper is not None else [])]:
+        if getattr(p, "is_flag", False):
+            p.metavar = ""
+    for sub in getattr(cmd, "commands", {}).values():
+        _hide_flag_types(sub)
+    return cmd
+
+
+def command() -> Any:
+    """The click command behind `app`, with flags shown as flags."""
+    return _hide_flag_types(typer.main.get_command(app))
 
 
 def _usage_error_types() -> tuple[type, ...]:
@@ -45,7 +89,7 @@ def main() -> None:
     signals.install()  # already done by kitctl.entry; here for `from kitctl.cli import main`
     try:
         signals.check()
-        rc = app(standalone_mode=False, prog_name="kitctl")
+        rc = command()(standalone_mode=False, prog_name="kitctl")
     except _usage_error_types() as exc:
         if not exc.format_message():  # no_args_is_help: the help was the answer
             sys.exit(EXIT_USAGE)

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import typer
-from rich.console import Console
 
 from .core import artifact as art
 from .core import signals
@@ -291,12 +290,20 @@ def run_command(benchmark: str, results_dir: Path, resume: Path | None, new_conf
                 config_of: Callable[[dict[str, Any]], Any], runtime_of: Callable[[Any], dict[str, Any]],
                 body: Callable[[Any, art.ArtifactStore, dict[str, Any], Callable[[str], None]], None],
                 print_table: Callable[..., None], all_ok: Callable[[dict[str, Any]], bool],
-                uses_gpu: bool = False) -> None:
+                uses_gpu: bool = False, as_json: bool = False, csv: Path | None = None) -> None:
     """What every data benchmark's `kitctl run` does after parsing its flags: open the run (new or
     --resume; bad input is one line, exit 2), record its runtime (and, `uses_gpu`, the GPU its trials see),
     run its units (body(cfg, store, doc, note) saves after each), print its end table and exit (0 all ok,
     else incomplete)."""
-    console = Console(highlight=False)
+    from .output import ResultOutput, check_csv_path, stderr_console
+
+    try:
+        check_csv_path(csv)
+    except Fail as exc:
+        err.print(f"kitctl: {exc}")
+        raise typer.Exit(EXIT_USAGE) from None
+    console = ResultOutput(as_json, csv)  # the end table (stdout) or --json; progress notes on stderr
+    progress = stderr_console()
     try:
         store, doc, cfg = open_store(benchmark, results_dir, resume, new_config, config_of, uses_gpu)
     except Fail as exc:
@@ -308,8 +315,13 @@ def run_command(benchmark: str, results_dir: Path, resume: Path | None, new_conf
         store.release()
         err.print(f"kitctl: {exc}")
         raise typer.Exit(EXIT_USAGE) from None
-    final = execute(store, doc, lambda: body(cfg, store, doc, console.print))
+    final = execute(store, doc, lambda: body(cfg, store, doc, progress.print))
     print_table(console, doc, final)
+    try:
+        console.finish(doc)
+    except Fail as exc:
+        err.print(f"kitctl: {exc} (the artifact is written)")
+        raise typer.Exit(EXIT_USAGE) from None
     raise typer.Exit(EXIT_OK if all_ok(doc) else EXIT_INCOMPLETE)
 
 

@@ -39,6 +39,8 @@ from .runtimes.runstate import sweep_local_orphans
 # What may accompany --resume: the rest is the partial's own configuration (README "Resume").
 RESUME_ACCEPTS = ("resume", "timeout", "gpu", "require_gpu_idle", "idle_threshold", "gpu_request",
                   "allow_code_change")
+# What only changes what the command prints: accepted beside --resume, never named in its refusal.
+OUTPUT_FLAGS = ("as_json", "csv")
 
 
 class BenchmarkConfig(Protocol):
@@ -171,7 +173,7 @@ def given_flags(ctx: typer.Context) -> list[tuple[str, str]]:
 def refuse_beside_resume(given: list[tuple[str, str]]) -> None:
     """A resume continues the partial's configuration: a flag that would change it is refused,
     never silently ignored."""
-    extra = [flag for name, flag in given if name not in RESUME_ACCEPTS]
+    extra = [flag for name, flag in given if name not in RESUME_ACCEPTS + OUTPUT_FLAGS]
     if extra:
         accepted = ", ".join("--" + n.replace("_", "-") for n in RESUME_ACCEPTS if n != "resume")
         raise Fail(f"--resume continues the partial's own configuration: {', '.join(extra)} cannot apply "
@@ -578,14 +580,38 @@ def watcher_factory(gpuctx: GpuContext | None, telemetry: bool = False):
     return factory
 
 
-def make_view(console: Console, s: Setup):
+def make_view(console: Console | None, s: Setup):
+    """The live view, on stderr (`console`: a stderr console, default the process's), titled with the
+    benchmark."""
+    from .output import stderr_console
     from .view import make_view as _view
 
-    view = _view(console)
+    b = benchmarks.get(s.doc["benchmark"])
+    view = _view(console or stderr_console(), f"{b.title if b else s.doc['benchmark']} — candidates")
     for n in s.notes:
         view.note(n)
     view.note(f"run {s.doc['run_id']} ({s.rt.name} runtime)")
     return view
+
+
+def check_output_flags(csv: Path | None) -> None:
+    """--csv's file must be writable where it is named: refused before the run, in one line."""
+    from .output import check_csv_path
+
+    try:
+        check_csv_path(csv)
+    except Fail as exc:
+        err.print(f"kitctl: {exc}")
+        raise typer.Exit(EXIT_USAGE) from None
+
+
+def finish_output(out: Any, doc: dict[str, Any]) -> None:
+    """The CSV and the --json document, after the end table (the artifact is already written)."""
+    try:
+        out.finish(doc)
+    except Fail as exc:
+        err.print(f"kitctl: {exc} (the artifact is written)")
+        raise typer.Exit(EXIT_USAGE) from None
 
 
 def _kept(store: ArtifactStore, when: str = "") -> str:

@@ -74,8 +74,10 @@ O_DATASET = typer.Option(Dataset.synthetic, help="synthetic or cifar10.")
 O_DATA_DIR = typer.Option(None, help="CIFAR-10 folder (binary or python layout) or its parent.")
 O_IMAGE_SIZE = typer.Option(DEFAULT_IMAGE_SIZE, help="Input side in pixels: 32 (CIFAR-10 geometry, the default) "
                             f"or e.g. 224 (ImageNet geometry, synthetic data); {MIN_IMAGE_SIZE} to {MAX_IMAGE_SIZE}.")
-O_CUDNN = typer.Option(False, "--cudnn-benchmark", help="Turn cuDNN autotuning on (changes memory use).")
-O_REQUIRE_IDLE = typer.Option(False, "--require-gpu-idle", help="Refuse to start when the GPU holds memory.")
+O_CUDNN = typer.Option(False, "--cudnn-benchmark/--no-cudnn-benchmark",
+                       help="Turn cuDNN autotuning on (changes memory use).")
+O_REQUIRE_IDLE = typer.Option(False, "--require-gpu-idle/--no-require-gpu-idle",
+                              help="Refuse to start when the GPU holds memory.")
 O_IDLE_THRESHOLD = typer.Option(1024.0, help="MiB in use above which the GPU is not idle.")
 O_MEMORY_LIMIT = typer.Option(None, help="Host memory limit per candidate in MiB (--device cpu; 6 MiB to the "
                               "host's RAM). Default on the CPU: a quarter of the available RAM, at most 2,048.")
@@ -88,6 +90,13 @@ O_ALLOW_CODE_CHANGE = typer.Option(False, "--allow-code-change",
                                    help="With --resume: continue although the kit's or the trial's code hashes "
                                    "otherwise than the partial recorded (refused without it); the resume entry "
                                    "records the old and new hashes.")
+# What a command prints, not what it measures (accepted beside --resume too).
+O_JSON = typer.Option(False, "--json", help="Print the artifact's JSON document on stdout at the end (instead of "
+                      "the table); progress stays on stderr.")
+O_CSV = typer.Option(None, "--csv", help="Also write the end table as CSV to this file.")
+# The data benchmarks' --resume: they have no --gpu/--timeout beside it; every setting is the partial's.
+O_RESUME_DATA = typer.Option(None, help="Continue the run in this .partial.json with its own configuration "
+                             "(its loaders, data, workers, runs and runtime): the other settings are the partial's.")
 O_GPU_REQUEST = typer.Option(GpuRequestName.auto, help="How Docker attaches the GPU: toolkit (NVIDIA Container "
                              "Toolkit, --gpus style), cdi (nvidia.com/gpu=UUID) or auto (probe once: what works).")
 

@@ -26,7 +26,8 @@ from .runtimes.base import Runtime, RuntimeUnavailable
 class View(Protocol):
     def candidate_started(self, engine: str, precision: str, batch: int, what: str) -> None: ...
 
-    def candidate_done(self, engine: str, precision: str, outcome: TrialOutcome, what: str) -> None: ...
+    def candidate_done(self, engine: str, precision: str, outcome: TrialOutcome, what: str,
+                       detail: str = "") -> None: ...
 
     def note(self, text: str) -> None: ...
 
@@ -66,6 +67,16 @@ class UnitRunner:
     doc: dict[str, Any]
     view: View
     _installed: dict[int, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        attach = getattr(self.view, "attach", None)  # the live view's "N done, M left, ETA"
+        if attach is not None:
+            attach(self.units_left)
+
+    def units_left(self) -> tuple[int, bool] | None:
+        """(units still to run, the running one included; whether that is only an upper bound), or
+        None when the benchmark cannot say."""
+        return None
 
     # -- signals: SIGTERM and SIGHUP take the same path as Ctrl-C ------------------------
     def _install_signals(self) -> None:

@@ -12,6 +12,7 @@ A timeout/crash/error is retried once; a second non-memory failure stops the eng
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
@@ -188,3 +189,35 @@ def run_search(oracle: Callable[[int], Any], cfg: SearchConfig, strategy: str = 
             return d, hist
         answer = oracle(d.batch)
         hist.append((d.batch, *answer) if isinstance(answer, tuple) else (d.batch, answer))
+
+
+def _bisections(lo: int, hi: int) -> int:
+    """Midpoints the protocol runs to close (lo, hi) to resolution 1."""
+    return max(0, math.ceil(math.log2(hi - lo))) if hi - lo > 1 else 0
+
+
+def _growth_left(lo: int, cfg: SearchConfig) -> int:
+    """At most how many candidates a search still growing from a pass at `lo` runs: each doubling,
+    and after the one that fails, the bisection of the gap it opens."""
+    worst, steps, b = 0, 0, lo
+    while b < cfg.max_batch:
+        nxt = min(2 * b, cfg.max_batch)
+        steps += 1
+        worst = max(worst, steps + _bisections(b, nxt))
+        b = nxt
+    return max(worst, steps)
+
+
+def candidates_left(history: Sequence[Trial], cfg: SearchConfig) -> int:
+    """At most how many candidates the protocol search still runs (retries not counted): the
+    progress line's "at most N left", never a promise that it runs that many."""
+    verdict, forced = checked_verdicts(history)
+    if forced is not None:
+        return 0 if forced.done else 1
+    floor = cfg.min_batch - 1
+    if cfg.start_batch not in verdict:
+        return 1 + max(_bisections(floor, cfg.start_batch), _growth_left(cfg.start_batch, cfg))
+    lo, hi = bounds(verdict, cfg)
+    if hi is None:
+        return _growth_left(lo, cfg)
+    return _bisections(lo, hi)

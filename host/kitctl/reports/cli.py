@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..core.artifact import ArtifactError
+from ..output import ResultOutput, table_rows
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_NOT_COMPARABLE = 0, 1, 2, 3
 # A value the schema lets through but the renderer cannot use (an artifact written by hand or by
@@ -38,6 +39,36 @@ def _emit(md: str) -> None:
     else:
         sys.stdout.write(md)
         sys.stdout.flush()
+
+
+def _check_csv(csv: Path | None) -> None:
+    from ..errors import Fail
+    from ..output import check_csv_path
+
+    try:
+        check_csv_path(csv)
+    except Fail as exc:
+        _fail(str(exc))
+
+
+def _write_csv(path: Path, rows: list[list[str]]) -> None:
+    import csv as csvmod
+    import io
+
+    buf = io.StringIO()
+    csvmod.writer(buf, lineterminator="\n").writerows(rows)
+    try:
+        _write_atomic(path, buf.getvalue())
+    except OSError as exc:
+        _fail(f"cannot write --csv {path}: {exc.strerror or exc}")
+
+
+def _print_json(doc: object) -> None:
+    """The one JSON document on stdout (everything else goes to stderr)."""
+    import json
+
+    sys.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -66,8 +97,12 @@ def report(
     results: Optional[List[Path]] = typer.Argument(None, help="Result files: kitctl artifacts (final or partial) or the "
                                                    "reference runner's max-batch JSON (default: the newest result in "
                                                    "results/, your own runs)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Write the Markdown to this file."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write the Markdown to this file (instead of printing it)."),
     plots: Optional[Path] = typer.Option(None, "--plots", help="Write PNG plots into this folder and link them."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of the Markdown: per result "
+                                 "its file, benchmark, state, GPU and figures, and the headline ratios."),
+    csv: Optional[Path] = typer.Option(None, "--csv", help="Also write every result's figures (one row per result "
+                                       "and cell) as CSV to this file."),
 ) -> None:
     """Markdown report of one or more results (printed; --out writes it); without files, the newest in results/."""
     from .report import render
@@ -75,10 +110,25 @@ def report(
 
     if not results:
         results = [_newest_result(Path("results"))]
+    _check_csv(csv)
     try:
         sources = [load_source(p) for p in results]
     except ArtifactError as exc:
         _fail(str(exc))
+    if as_json or csv is not None:
+        from .machine import report_document, report_rows
+
+        try:
+            doc = report_document(sources)
+        except _RENDER_ERRORS as exc:
+            _fail(f"cannot read {', '.join(str(p) for p in results)}: a value of an unexpected type or form "
+                  f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]})")
+        if csv is not None:
+            _write_csv(csv, report_rows(doc))
+        if as_json:
+            _print_json(doc)
+            if out is None and plots is None:
+                return
     files = []
     if plots is not None:
         from .plots import PlotError, make_plots
@@ -99,8 +149,10 @@ def report(
             _write_atomic(out, md)
         except OSError as exc:
             _fail(f"cannot write {out}: {exc.strerror or exc}")
-    _emit(md)
-    if out is not None:
+    if out is None:  # --out writes the file; the report is then not printed as well
+        if not as_json:
+            _emit(md)
+    else:
         _err.print(f"report: {out}" + (f" (plots: {plots}, {len(files)} PNG)" if plots is not None else ""),
                    markup=False)
 
@@ -114,6 +166,9 @@ def compare(
                                "device, GPU model, VRAM limit, input geometry, model; for throughput dataset or "
                                "batch; for dataload and train-e2e cores, data and batch; see README) instead of "
                                "exiting 3."),
+    as_json: bool = typer.Option(False, "--json", help="Print the comparison as one JSON document (every cell's "
+                                 "change, flag and note, the verdict and the exit code) instead of the table."),
+    csv: Optional[Path] = typer.Option(None, "--csv", help="Also write the comparison table as CSV to this file."),
 ) -> None:
     """Per engine × precision (dataload: loader × data · source · workers; train-e2e: loader × model) change
     between two results.
@@ -127,6 +182,7 @@ def compare(
 
     if not math.isfinite(threshold) or threshold < 0:
         _fail(f"--threshold must be a percentage ≥ 0 (got {threshold})")
+    _check_csv(csv)
     try:
         o, n = load_source(old), load_source(new)
         cmp = cmpmod.compare(o, n, threshold, force=force)
@@ -141,7 +197,7 @@ def compare(
             _write_atomic(out, md)
         except OSError as exc:
             _fail(f"cannot write {out}: {exc.strerror or exc}")
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    console = ResultOutput(as_json)  # the table on stdout (on stderr with --json), never wrapped when piped
     unit = benchmarks.get(cmp.benchmark).compare.unit_short  # type: ignore[union-attr]
     t = Table(title=f"{o.name} → {n.name} ({unit}, threshold {threshold:g}%)")
     for col in (*benchmarks.get(cmp.benchmark).cell_heads, "OLD", "NEW", "Change", "Flag", "Note"):  # type: ignore[union-attr]
@@ -158,23 +214,31 @@ def compare(
     for line in cmp.stated:
         console.print(line, markup=False)
     console.print(cmpmod.verdict(cmp), markup=False)
-    if cmp.not_comparable:
-        raise typer.Exit(EXIT_NOT_COMPARABLE)
-    raise typer.Exit(EXIT_REGRESSION if cmp.regressions else EXIT_OK)
+    rc = EXIT_NOT_COMPARABLE if cmp.not_comparable else EXIT_REGRESSION if cmp.regressions else EXIT_OK
+    if csv is not None:
+        _write_csv(csv, table_rows(t))
+    if as_json:
+        from .machine import compare_document
+
+        _print_json(compare_document(cmp, o, n, rc))
+    raise typer.Exit(rc)
 
 
 def results_list(
     folder: Path = typer.Argument(Path("results"), help="Folder holding result files (default: results/, your "
                                   "own runs; the project's reference results: results/reference)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the list as one JSON array (one object per file)."),
+    csv: Optional[Path] = typer.Option(None, "--csv", help="Also write the list as CSV to this file."),
 ) -> None:
     """Every result file in a folder, newest first: benchmark, date, GPU, engines, headline, state."""
     from .results_list import is_result, list_results, reference_dir
 
+    _check_csv(csv)
     try:
         listed = list_results(folder)
     except ArtifactError as exc:
         _fail(str(exc))
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    console = ResultOutput(as_json)  # never wrapped when piped
     entries = [e for e in listed if is_result(e)]
     others = [e for e in listed if not is_result(e)]
     # After the table (or alone): what else ends in .json here, and why it is no result; where the
@@ -184,6 +248,15 @@ def results_list(
     ref = reference_dir(folder)
     refs = (f"the project's reference results are apart: {len(list(ref.glob('*.json')))} files in {ref} "
             f"(kitctl results list {ref})") if ref is not None else None
+    heads = ("File", "Benchmark", "Date", "GPU", "Engines", "Headline", "State")
+    if csv is not None:
+        _write_csv(csv, [list(heads), *[[e.name, e.benchmark, e.date, e.gpu, e.engines, e.headline, e.state]
+                                        for e in entries]])
+    if as_json:
+        import dataclasses
+
+        _print_json([dataclasses.asdict(e) for e in entries])
+        return
     if not entries:
         console.print(f"no result files in {folder} yet (kitctl run … writes them there)", markup=False)
         for line in (apart, refs):
@@ -191,7 +264,7 @@ def results_list(
                 console.print(line, markup=False, soft_wrap=True)
         return
     t = Table(title=f"Results in {folder}, newest first")
-    for col in ("File", "Benchmark", "Date", "GPU", "Engines", "Headline", "State"):
+    for col in heads:
         t.add_column(col, overflow="fold")
     for e in entries:
         t.add_row(e.name, e.benchmark, e.date, e.gpu, e.engines, e.headline,

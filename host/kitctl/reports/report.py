@@ -110,6 +110,10 @@ def _plot_lines(files: list[PlotFile], base: Path) -> list[str]:
     return out
 
 
+# A side-by-side overview wider than this, and mostly dashes (a run per engine), lists each cell's figures instead.
+MAX_OVERVIEW_COLUMNS = 8
+
+
 def _overview(sources: list[Source], plots: list[PlotFile], base: Path) -> list[str]:
     h = heading(2)
     lines = [h("Overview"), ""]
@@ -133,6 +137,11 @@ def _overview(sources: list[Source], plots: list[PlotFile], base: Path) -> list[
         keys = list(dict.fromkeys(keys))
         if not keys:  # a benchmark without such cells (datasize, train-e2e): no empty table
             continue
+        # A result without a single figure here (unfinished, failed) gets no column of dashes: it is named below.
+        empty = [n for n, _ in group if all(vals.get((n, e, p), "—") in ("—", "") for e, p in keys)]
+        group = [(n, s) for n, s in group if n not in empty]
+        if not group:
+            continue
         first = group[0][0]
 
         def ratio(n: int, e: str, p: str) -> str:
@@ -143,7 +152,22 @@ def _overview(sources: list[Source], plots: list[PlotFile], base: Path) -> list[
 
         # A ratio column only where some cell was measured in both results (runs of different data or
         # worker counts share no cell: a column of dashes says nothing).
+        filled = sum(1 for n, _ in group for e, p in keys if vals.get((n, e, p), "—") not in ("—", ""))
         later = [n for n, _ in group[1:] if any(ratio(n, e, p) != "—" for e, p in keys)]
+        if 2 + len(group) + len(later) > MAX_OVERVIEW_COLUMNS and filled < 0.5 * len(group) * len(keys):
+            # Mostly one engine per result (a run per engine): a column per result would be mostly dashes.
+            # One row per cell instead, each figure with the result it comes from.
+            lines += [f"{bench.report_unit.capitalize()}, per result:", ""]
+            lines += table([*bench.cell_heads, f"{bench.report_unit} [result]"],
+                           [[engine_label(e), p, "; ".join(f"{vals[(n, e, p)]} [{n}]" for n, _ in group
+                                                           if vals.get((n, e, p), "—") not in ("—", ""))
+                             or "—"] for e, p in keys])
+            lines.append("")
+            if empty:
+                lines += [f"_{', '.join(f'[{n}]' for n in empty)}: no {bench.report_unit} to put beside these "
+                          "(see each result's own section)._", ""]
+            lines += _cross_ratios(group, bench)
+            continue
         against = f" (ratios against [{first}])" if later else ""
         lines += [f"Side by side, {bench.report_unit}{against}:", ""]
         lines += table([*bench.cell_heads, *[f"[{n}] {s.machine_short}" for n, s in group],
@@ -152,6 +176,9 @@ def _overview(sources: list[Source], plots: list[PlotFile], base: Path) -> list[
                           *[ratio(n, e, p) for n in later]] for e, p in keys],
                         right=set(range(2, 2 + len(group) + len(later))))
         lines.append("")
+        if empty:
+            lines += [f"_{', '.join(f'[{n}]' for n in empty)}: no {bench.report_unit} to put beside these "
+                      "(see each result's own section)._", ""]
         lines += _cross_ratios(group, bench)
     overview_plots = [p for p in plots if p.source is None]
     if overview_plots:

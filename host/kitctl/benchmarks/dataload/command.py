@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from ...runconfig import O_PYTHON, O_RESULTS_DIR, O_RESUME
+from ...runconfig import O_CSV, O_JSON, O_PYTHON, O_RESULTS_DIR, O_RESUME_DATA
 from ... import datarun as common
 from .config import DataloadConfig
 from .window import STEADY_TOLERANCE, WINDOW_IMAGES, WINDOW_SECONDS
@@ -45,7 +45,9 @@ def dataload(
                                               "of the datasets at N MB/s (Docker's --device-read-bps on the disk "
                                               "holding --data-dir): slow or network storage, emulated."),
     results_dir: Path = O_RESULTS_DIR,
-    resume: Optional[Path] = O_RESUME,
+    resume: Optional[Path] = O_RESUME_DATA,
+    as_json: bool = O_JSON,
+    csv: Optional[Path] = O_CSV,
 ) -> None:
     """Data-loading images/s per loader (decode → RandomResizedCrop 224 → flip), from RAM or cold storage."""
     from . import run as runner
@@ -57,4 +59,5 @@ def dataload(
                                           batch, limit, timeout, python, runtime, image_tag, read_mbps,
                                           window_images, window_seconds, steady_tolerance),
         DataloadConfig.from_json,
-        DataloadConfig.runtime_record, runner.run, print_table, all_ok, uses_gpu=True)
+        DataloadConfig.runtime_record, runner.run, print_table, all_ok, uses_gpu=True,
+        as_json=as_json, csv=csv)

@@ -22,8 +22,16 @@ def bars(doc: dict[str, Any]) -> list[tuple[str, float, float | None, float | No
             for r in rows(doc) if r["median"] is not None]
 
 
+def _loader_colors(labels: list[str]) -> dict[str, str]:
+    """One colour per loader (the label's first word), the same in both plots."""
+    from ...reports.plots import LOADER_COLORS
+
+    loaders = list(dict.fromkeys(lab.split()[0] for lab in labels))
+    return {name: LOADER_COLORS[k % len(LOADER_COLORS)] for k, name in enumerate(loaders)}
+
+
 def plots(sources: list[Any], out_dir: Path) -> list[Any]:
-    from ...reports.plots import PlotFile, _mpl, _save
+    from ...reports.plots import DPI, FIG_WIDTH, FONT, Bars, PlotFile, bars_legend, mpl, plot_bars, save, style_axes
 
     files = []
     for src in sources:
@@ -32,39 +40,47 @@ def plots(sources: list[Any], out_dir: Path) -> list[Any]:
         ss = series(src.doc)
         if not ss:
             continue
-        plt = _mpl()
         cores = (src.doc.get("host") or {}).get("cpu_count")
         counts = sorted({w for pts in ss.values() for w, _ in pts})
         if len(counts) == 1:
             bs = bars(src.doc)
-            fig, ax = plt.subplots(figsize=(8, 0.9 + 0.38 * len(bs)))
-            y = list(range(len(bs)))[::-1]
+            colors = _loader_colors([b[0] for b in bs])
             # whiskers from the median to each end of its interval (none without one)
-            below = [m - (low if low is not None else m) for _, m, low, _ in bs]
-            above = [(high if high is not None else m) - m for _, m, _, high in bs]
-            ax.barh(y, [m for _, m, _, _ in bs], xerr=[below, above], capsize=3, color="tab:blue", alpha=0.8)
-            ax.set_yticks(y, [b[0] for b in bs], fontsize=8)
-            ax.set_xlabel("images/s (median of runs; whiskers: the interval)")
-            ax.grid(True, axis="x", alpha=0.3)
+            b = Bars([x[0] for x in bs], [x[1] for x in bs], [colors[x[0].split()[0]] for x in bs], [""] * len(bs),
+                     [m - (low if low is not None else m) for _, m, low, _ in bs],
+                     [(high if high is not None else m) - m for _, m, _, high in bs])
             title = f"Data loading images/s, {counts[0]} workers ({cores} cores)"
-            ax.set_title(title)
-            fig.tight_layout()  # the labels are long: keep them inside the figure
             path = out_dir / f"{src.stem}-loaders.png"
-            _save(fig, path)
+            whiskers = "whiskers: the interval" if any(b.err_low) or any(b.err_high) else None
+            data = plot_bars(b, f"{title}\n{src.name}", "images/s (median of runs)", path, errors=True,
+                             legend=bars_legend(colors, whiskers=whiskers))
             files.append(PlotFile(path=path, title=title, kind="dataload", source=src.name,
-                                  data={"bars": [list(b) for b in bs]}))
+                                  data={**data, "bars": [list(x) for x in bs]}))
             continue
-        fig, ax = plt.subplots(figsize=(8, 5))
+        plt = mpl()
+        from matplotlib.ticker import FixedLocator, NullLocator
+
+        fig, ax = plt.subplots(figsize=(FIG_WIDTH, 5), dpi=DPI, layout="constrained")
+        colors = _loader_colors(list(ss))
+        styles = ["-", "--", ":", "-."]
+        seen: dict[str, int] = {}
         for label, pts in ss.items():
-            ax.plot([w for w, _ in pts], [v for _, v in pts], marker="o", label=label)
-        ax.set_xlabel("loader workers")
-        ax.set_ylabel("images/s (median of runs)")
+            loader = label.split()[0]
+            k = seen[loader] = seen.get(loader, -1) + 1  # a loader's other data/sources: its colour, another dash
+            ax.plot([w for w, _ in pts], [v for _, v in pts], marker="o", label=label, color=colors[loader],
+                    linestyle=styles[k % len(styles)])
         ax.set_xscale("log", base=2)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.xaxis.set_major_locator(FixedLocator(counts))  # the worker counts that ran, as plain numbers
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        ax.set_ylim(bottom=0)
+        style_axes(ax, "y")
+        ax.set_xlabel("loader workers", fontsize=FONT)
+        ax.set_ylabel("images/s (median of runs)", fontsize=FONT)
         title = f"Data loading images/s vs workers ({cores} cores)"
-        ax.set_title(title)
+        ax.set_title(f"{title}\n{src.name}", fontsize=10)
+        fig.legend(loc="outside lower center", ncol=min(len(ss), 3), fontsize=8, frameon=False)
         path = out_dir / f"{src.stem}-workers.png"
-        _save(fig, path)
+        save(fig, path)
         files.append(PlotFile(path=path, title=title, kind="dataload", source=src.name, data={"series": ss}))
     return files

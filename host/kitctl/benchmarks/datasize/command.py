@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from ...runconfig import O_PYTHON, O_RESULTS_DIR, O_RESUME
+from ...runconfig import O_CSV, O_JSON, O_PYTHON, O_RESULTS_DIR, O_RESUME_DATA
 from ... import datarun as common
 from .config import SIDES, DatasizeConfig
 
@@ -25,7 +25,9 @@ def datasize(
                                 "kitctl/loader-ffcv:<tag>: ffcv), so the host needs no ffcv or webdataset."),
     image_tag: str = typer.Option("ci", help="--runtime docker: the loader images' tag."),
     results_dir: Path = O_RESULTS_DIR,
-    resume: Optional[Path] = O_RESUME,
+    resume: Optional[Path] = O_RESUME_DATA,
+    as_json: bool = O_JSON,
+    csv: Optional[Path] = O_CSV,
 ) -> None:
     """Bytes per image of each loader's dataset format × encoding × max side, and the ImageNet equivalent."""
     from . import run as runner
@@ -35,4 +37,5 @@ def datasize(
         "datasize", results_dir, resume,
         lambda: DatasizeConfig.from_flags(corpus, formats, encodings, sides, limit, workers, timeout, python, runtime,
                                           image_tag),
-        DatasizeConfig.from_json, DatasizeConfig.runtime_record, runner.run, print_table, all_ok)
+        DatasizeConfig.from_json, DatasizeConfig.runtime_record, runner.run, print_table, all_ok,
+        as_json=as_json, csv=csv)

@@ -6,15 +6,16 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 
 from ... import launch
 from ...core.device import default_cpu_max_batch
+from ...output import ResultOutput
 from ...core.search import STRATEGIES
 from ...errors import EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, Fail, err
 from ...runtimes.base import RuntimeUnavailable
-from ...runconfig import (O_ALLOW_CODE_CHANGE, O_CUDNN, O_DATA_DIR, O_DATASET, O_DEVICE, O_ENGINES, O_GPU, O_GPU_REQUEST,
-                          O_IDLE_THRESHOLD, O_IMAGE_SIZE, O_MEMORY_LIMIT, O_PRECISION, O_PYTHON, O_REQUIRE_IDLE, O_RESERVE,
+from ...runconfig import (O_ALLOW_CODE_CHANGE, O_CSV, O_CUDNN, O_DATA_DIR, O_DATASET, O_DEVICE, O_ENGINES, O_GPU,
+                          O_GPU_REQUEST, O_IDLE_THRESHOLD, O_IMAGE_SIZE, O_JSON, O_MEMORY_LIMIT, O_PRECISION,
+                          O_PYTHON, O_REQUIRE_IDLE, O_RESERVE,
                           O_RESULTS_DIR, O_RESUME, O_RUNTIME, O_TIMEOUT, O_VRAM_LIMIT, Dataset, Device,
                           GpuRequestName, Precision, RuntimeName, choose_device)
 from .config import DEFAULT_MAX_BATCH, MaxbatchConfig
@@ -47,6 +48,8 @@ def maxbatch(
     resume: Optional[Path] = O_RESUME,
     allow_code_change: bool = O_ALLOW_CODE_CHANGE,
     gpu_request: GpuRequestName = O_GPU_REQUEST,
+    as_json: bool = O_JSON,
+    csv: Optional[Path] = O_CSV,
     gpus: Optional[str] = typer.Option(None, help="Several GPUs of this host, e.g. 0,1 or all: cells run side "
                                        "by side, one per GPU, each GPU with its own baseline, sampler, "
                                        "gate and calibration (cards of one model)."),
@@ -61,8 +64,8 @@ def maxbatch(
                                    "next under each outcome); the answer is the one-GPU search's either way."),
 ) -> None:
     """Largest training batch that completes one ResNet-50 step, per engine and precision."""
-    console = Console(highlight=False)
-
+    launch.check_output_flags(csv)
+    console = ResultOutput(as_json, csv)
     def new_config() -> MaxbatchConfig:
         choice = choose_device(device.value, memory_limit, runtime.value, python, engines, gpu=gpu, gpus=gpus,
                                cluster=cluster, vram_limit=vram_limit, gpu_model=gpu_model)
@@ -101,7 +104,7 @@ def maxbatch(
             err.print(f"kitctl: {exc}")
             raise typer.Exit(EXIT_USAGE)
         plan = replace(plan, budget=lanes[0].budget, watcher_factory=lanes[0].watcher_factory)
-    runner = Runner(plan, s.rt, s.store, s.doc, launch.make_view(console, s), lanes=lanes,
+    runner = Runner(plan, s.rt, s.store, s.doc, launch.make_view(None, s), lanes=lanes,
                     speculate=cfg.speculate and not cfg.cluster)  # Ray lanes: one cell per node, as before
     try:
         doc, final = launch.execute(runner, s.store)
@@ -111,4 +114,5 @@ def maxbatch(
 
             ray_cluster.disconnect()
     print_table(console, cfg.run.model, cfg.run.dataset, doc, final)
+    launch.finish_output(console, doc)
     raise typer.Exit(EXIT_OK if all_have_capacity(doc) else EXIT_INCOMPLETE)

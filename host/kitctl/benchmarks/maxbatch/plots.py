@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...core.tables import engine_family, engine_label
-from ...reports.plots import FAMILY_COLORS, MEM, OTHER, PASS, Bars, PlotFile, max_n, mpl, plot_bars, safe_name, save, \
-    thousands
+from ...reports.plots import FAMILY_COLORS, MEM, OTHER, PASS, Bars, PlotFile, bars_legend, max_n, mpl, plot_bars, \
+    safe_name, save, thousands
 from ...reports.sources import KITCTL
 
 if TYPE_CHECKING:
@@ -74,7 +74,8 @@ def _batch_axis(ax, batches: list[int]) -> None:
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
         ax.xaxis.set_minor_formatter(NullFormatter())
-    else:
+    else:  # whole batches only: a fractional tick printed as an integer repeated its neighbours ("2 2 2 3")
+        ax.xaxis.set_major_locator(max_n(6))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
 
 
@@ -151,16 +152,19 @@ def plot_vram(src: Source, s: VramSeries, out_dir: Path) -> PlotFile:
         _boundary_panel(zoom, s, near)
     _batch_axis(ax, s.batches)
     ax.set_xlabel("batch")
-    mem = "VRAM" if src.gpu_name is not None else "memory"
+    mem = "VRAM" if src.gpu_name is not None else "host memory (RSS)"
     ax.set_ylabel(f"peak {mem}, MiB\n{s.peak_source or 'no peak recorded'}", fontsize=9)
     ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:,.0f}"))
-    ax.set_ylim(bottom=0)
+    top = max([p for p in s.peaks if p is not None] + [s.budget_mib or 0.0, 1.0])
+    ax.set_ylim(0, top * 1.12)  # the highest point and its marker inside the axes (not cut at the frame)
     ax.grid(True, which="major", alpha=0.3)
     title = f"{engine_label(s.engine)} {s.precision}: peak {mem} per candidate"
     (fig.suptitle if zoom is not None else ax.set_title)(f"{title}\n{src.machine_short} · {src.name}", fontsize=10)
     ax.legend(loc="upper left", fontsize=8, framealpha=0.9)
     fig.tight_layout()
-    path = out_dir / safe_name(f"{src.stem}-vram-{s.engine}-{s.precision}.png")
+    # Named for what it plots: a --device cpu run's peaks are host memory, not VRAM.
+    what = "vram" if src.gpu_name is not None else "memory"
+    path = out_dir / safe_name(f"{src.stem}-{what}-{s.engine}-{s.precision}.png")
     save(fig, path)  # closes the figure
     return PlotFile(path, f"{engine_label(s.engine)} {s.precision}: peak {mem} against batch", "vram", src.name,
                     {"points": drawn, "budget_y": budget_y, "missing_peak": missing,
@@ -178,7 +182,10 @@ def plot_maxbatch(sources: list[Source], out_dir: Path) -> PlotFile:
         key = hashlib.sha1("\n".join(sorted(s.name for s in sources)).encode()).hexdigest()[:8]
         title, name = "Max training batch — all results", f"overview-maxbatch-{key}.png"
     path = out_dir / safe_name(name)
-    data = plot_bars(b, title, "largest batch that completes one training step", path, errors=False)
+    families = {engine_family(r.engine): FAMILY_COLORS.get(engine_family(r.engine), "#7f7f7f")
+                for s in sources for r in s.rows}
+    legend = bars_legend(families, hatched="≥: censored at --max-batch (a lower bound)" if "≥" in b.notes else None)
+    data = plot_bars(b, title, "largest batch that completes one training step", path, errors=False, legend=legend)
     return PlotFile(path, "Max batch per engine" + ("" if one else " (all results)"), "maxbatch",
                     sources[0].name if one else None, data)
 

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 from ...core.tables import Ratio, engine_label
 from ...reports import reference
 from ...reports.format import cell_label, fmt_int, join, mib, table
-from .table import CAPACITY_STATUSES, MEMORY_FAILURES, Row, failures_below_pass, maxbatch_rows, peak_inversions, \
-    ratio_pairs, trial_points
+from .table import CAPACITY_STATUSES, MEMORY_FAILURES, Row, failures_below_pass, maxbatch_rows, peak_heading, \
+    peak_inversions, ratio_pairs, trial_points
 
 if TYPE_CHECKING:  # the report shell's type; importing it here would make reports and benchmarks a cycle
     from ...reports.sources import Source
@@ -43,8 +43,8 @@ def result_table(src: Source) -> list[str]:
                      mib(r.peak_mib) if r.has_figure else "—", nxt, r.result])
     if not rows:
         return ["_No engine × precision has started yet._"]
-    mem = "VRAM" if src.gpu_name is not None else "memory"
-    out = table(["Engine", "Precision", "Max batch", f"Peak {mem} at max", "Next batch", "Result"], rows,
+    heading = peak_heading(src.gpu_name is not None)
+    out = table(["Engine", "Precision", "Max batch", heading, "Next batch", "Result"], rows,
                  right={2, 3, 4})
     srcs = sorted({r.peak_source for r in src.rows if r.peak_source})
     if src.is_kitctl:
@@ -57,7 +57,7 @@ def result_table(src: Source) -> list[str]:
             foot += ("\"(reference claim)\": the reference runner's own figure; its next failure is not a "
                      "classified memory failure, so kitctl's rule would not call it a capacity (see Caveats). ")
     if srcs:
-        foot += f"Peak {mem} at max: " + "; ".join(srcs) + "."
+        foot += f"{heading}: " + "; ".join(srcs) + "."
     return out + ["", foot.strip()]
 
 

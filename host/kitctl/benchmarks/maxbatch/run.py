@@ -18,7 +18,7 @@ from ...core.engines import Engine
 from ...core.outcome import KilledBy, SearchStatus, TrialOutcome
 from ...core.protocol import TrialRequest
 from ...core.watch import Watcher
-from ...core.search import STRATEGIES, SearchConfig
+from ...core.search import STRATEGIES, SearchConfig, candidates_left
 from ...core.speculate import candidates, replay, useless
 from ...core.signals import Interrupted  # noqa: F401  (re-exported: SIGINT/SIGTERM/SIGHUP during a run)
 from ...runner import UnitRunner, find_cell
@@ -171,6 +171,22 @@ class Runner(UnitRunner):
     speculate: bool = True
     _active: list[_Search] = field(default_factory=list)
     _cond: Any = None  # a Condition on _lock: a candidate ended, a cell started or ended
+
+    def units_left(self) -> tuple[int, bool] | None:
+        """At most how many candidates are left (the running ones included): per cell its calibration
+        when still to run, and the protocol search's bound from its candidates so far."""
+        cal = 1 if self.plan.budget is not None and self.plan.watcher_factory is not None else 0
+        left = 0
+        with self._lock:
+            for e in self.plan.engines:
+                for p in self.plan.precisions:
+                    cell = find_cell(self.doc, e.name, p)
+                    if cell is None:
+                        left += cal + candidates_left([], self.plan.search)
+                    elif cell.get("state") != "done":
+                        left += (cal if cell.get("calibration") is None else 0) + candidates_left(
+                            [trial_entry(t) for t in cell["trials"]], cell_search(self.plan.search, cell))
+        return left, True
 
     def _condition(self) -> threading.Condition:
         with self._lock:

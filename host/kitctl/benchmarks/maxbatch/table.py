@@ -78,6 +78,12 @@ def _peak(peaks: dict[str, Any] | None) -> tuple[float | None, str]:
     return None, ""
 
 
+def peak_heading(on_gpu: bool) -> str:
+    """What the peak column is of: the card's memory on a GPU; on --device cpu the trial's host
+    memory (its resident set, RSS), never called VRAM."""
+    return "Peak VRAM at max" if on_gpu else "Peak host RSS at max"
+
+
 def result_text(search_status: str | None, next_status: str | None, next_batch: int | None,
                 reason: str | None, state: str | None = None) -> str:
     if search_status == "bounded_by_memory_failure":
@@ -163,7 +169,7 @@ def print_table(console: Any, model: str, dataset: str, doc: dict[str, Any], fin
 
     rows = maxbatch_rows(doc)
     t = Table(title=f"Max batch — {model}, {dataset}")
-    peak = "Peak RAM at max" if (doc.get("configuration") or {}).get("device") == "cpu" else "Peak VRAM at max"
+    peak = peak_heading((doc.get("configuration") or {}).get("device", "cuda") != "cpu")
     for col in ("Engine", "Precision", "Max batch", peak, "Next batch", "Result"):
         t.add_column(col, justify="right" if col in ("Max batch", peak, "Next batch") else "left")
     for r in rows:

@@ -6,12 +6,13 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 
 from ... import launch
+from ...output import ResultOutput
 from ...errors import EXIT_INCOMPLETE, EXIT_OK
-from ...runconfig import (O_ALLOW_CODE_CHANGE, O_CUDNN, O_DATA_DIR, O_DATASET, O_DEVICE, O_ENGINES, O_GPU, O_GPU_REQUEST,
-                          O_IDLE_THRESHOLD, O_IMAGE_SIZE, O_MEMORY_LIMIT, O_PRECISION, O_PYTHON, O_REQUIRE_IDLE, O_RESERVE,
+from ...runconfig import (O_ALLOW_CODE_CHANGE, O_CSV, O_CUDNN, O_DATA_DIR, O_DATASET, O_DEVICE, O_ENGINES, O_GPU,
+                          O_GPU_REQUEST, O_IDLE_THRESHOLD, O_IMAGE_SIZE, O_JSON, O_MEMORY_LIMIT, O_PRECISION,
+                          O_PYTHON, O_REQUIRE_IDLE, O_RESERVE,
                           O_RESULTS_DIR, O_RESUME, O_RUNTIME, O_TIMEOUT, O_VRAM_LIMIT, Dataset, Device,
                           GpuRequestName, Precision, RuntimeName, choose_device)
 from .config import MAX_WARMUP_SECONDS, STEADY_TOLERANCE, WINDOW_IMAGES, WINDOW_SECONDS, ThroughputConfig
@@ -58,12 +59,14 @@ def throughput(
     resume: Optional[Path] = O_RESUME,
     allow_code_change: bool = O_ALLOW_CODE_CHANGE,
     gpu_request: GpuRequestName = O_GPU_REQUEST,
+    as_json: bool = O_JSON,
+    csv: Optional[Path] = O_CSV,
 ) -> None:
     """Steady-state training images/s at one batch, per engine and precision, over fresh runs."""
     from .run import ThroughputPlan, ThroughputRunner
 
-    console = Console(highlight=False)
-
+    launch.check_output_flags(csv)
+    console = ResultOutput(as_json, csv)
     def new_config() -> ThroughputConfig:
         choice = choose_device(device.value, memory_limit, runtime.value, python, engines, gpu=gpu,
                                vram_limit=vram_limit)
@@ -86,7 +89,8 @@ def throughput(
                           timeout_s=cfg.run.timeout_s, budget=s.gpuctx.budget if s.gpuctx else None,
                           ci_level=cfg.ci_level, watcher_factory=launch.watcher_factory(s.gpuctx, telemetry=True),
                           steady_tolerance=cfg.steady_tolerance)
-    runner = ThroughputRunner(plan, s.rt, s.store, s.doc, launch.make_view(console, s))  # type: ignore[arg-type]
+    runner = ThroughputRunner(plan, s.rt, s.store, s.doc, launch.make_view(None, s))  # type: ignore[arg-type]
     doc, final = launch.execute(runner, s.store)
     print_table(console, cfg.run.model, cfg.run.dataset, cfg.batch, doc, final, cfg.run.image_size)
+    launch.finish_output(console, doc)
     raise typer.Exit(EXIT_OK if all_ok(doc) else EXIT_INCOMPLETE)

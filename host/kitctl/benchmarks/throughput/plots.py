@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...core.tables import engine_family, engine_label
-from ...reports.plots import FAMILY_COLORS, Bars, PlotFile, plot_bars, safe_name
+from ...reports.plots import FAMILY_COLORS, Bars, PlotFile, bars_legend, plot_bars, safe_name
 
 if TYPE_CHECKING:
     from ...reports.sources import Source
@@ -34,8 +34,10 @@ def plot_throughput(src: Source, out_dir: Path) -> PlotFile:
     levels = {r.ci_level for r in src.tput if r.ci_level}
     ci = f"{max(levels) * 100:.0f}% CI" if levels else "CI"
     path = out_dir / safe_name(f"{src.stem}-throughput.png")
+    families = {engine_family(r.engine): FAMILY_COLORS.get(engine_family(r.engine), "#7f7f7f") for r in src.tput}
+    whiskers = f"whiskers: the {ci}" if any(b.err_low) or any(b.err_high) else None
     data = plot_bars(b, f"Training throughput (median, {ci}) — {src.machine_short}\n{src.name}",
-                      "images/s", path, errors=True)
+                      "images/s (median of runs)", path, errors=True, legend=bars_legend(families, whiskers=whiskers))
     return PlotFile(path, f"Throughput per engine (median, {ci})", "throughput", src.name, data)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ...core.tables import Ratio, engine_label
-from ...reports.format import cell_label, fmt_int, join, num, table
+from ...reports.format import cell_label, fmt_int, interval, join, num, table
 from .config import WINDOW_IMAGES, WINDOW_SECONDS
 from .table import has_window_rule_columns, opennn_figures_text, steady_text, throughput_ratio_pairs, throughput_rows
 
@@ -28,15 +28,11 @@ def cells(src: Source) -> list[tuple[str, str, str, tuple[float, bool] | None]]:
 def result_table(src: Source) -> list[str]:
     rows = []
     for t in src.tput:
-        if t.median is not None and t.ci_low is not None and t.ci_high is not None:
-            half = (t.ci_high - t.ci_low) / 2
-            level = f"{t.ci_level * 100:.0f}%: " if t.ci_level else ""
-            ci = f"±{half:,.0f} ({level}{t.ci_low:,.0f}–{t.ci_high:,.0f})"
-        else:
-            ci = "—"
+        # The interval itself: it is not symmetric about the median, so no "±half-width".
+        ci = interval(t.ci_level, t.ci_low, t.ci_high, digits=0) if t.median is not None else "—"
         rows.append([engine_label(t.engine), t.precision, fmt_int(t.batch), num(t.median), ci, str(t.runs),
                      num(t.warmup_s, 1)])
-    head = ["Engine", "Precision", "Batch", "images/s (median)", "±CI", "runs", "warm-up s"]
+    head = ["Engine", "Precision", "Batch", "images/s (median)", "interval", "runs", "warm-up s"]
     if has_window_rule_columns(src.tput):  # artifacts from before the window rule keep their table
         head += ["window s", "J/image", "W (mean)", "steady"]
         for row, t in zip(rows, src.tput):

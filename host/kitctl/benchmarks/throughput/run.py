@@ -141,6 +141,18 @@ class ThroughputRunner(UnitRunner):
 
     plan: ThroughputPlan  # type: ignore[assignment]
 
+    def units_left(self) -> tuple[int, bool] | None:
+        """Runs still to start, the running one included (exact: every cell runs `runs`, a failure ends it)."""
+        left = 0
+        for e in self.plan.engines:
+            for p in self.plan.precisions:
+                cell = find_cell(self.doc, e.name, p)
+                if cell is None:
+                    left += self.plan.runs
+                elif cell.get("state") != "done":
+                    left += max(self.plan.runs - len(cell["runs"]), 0)
+        return left, False
+
     def _run_cell(self, engine: Engine, precision: str) -> None:  # type: ignore[override]
         batch = self.plan.base_request.batch
         cell = find_cell(self.doc, engine.name, precision)
@@ -166,17 +178,18 @@ class ThroughputRunner(UnitRunner):
             self.view.candidate_started(engine.name, precision, batch, what)
             watcher = self._watcher()
             out = self.runtime.run(req, timeout_s=self.plan.timeout_s, watcher=watcher)
-            self.view.candidate_done(engine.name, precision, out, what)
             self._record_versions(engine, out)
             figs, why = run_figures(out)
             quality = run_quality(out.result, self._readings(watcher, out.result))
+            # One line (one row) per run, its figure in it: a second line repeating the run read as a second run.
+            detail = "" if why is not None else (f"{figs['images_per_second']:,.1f} images/s (warm-up "
+                                                 f"{figs['warmup_seconds'] or 0:.1f} s{_quality_text(quality)})")
+            self.view.candidate_done(engine.name, precision, out, what, detail)
             cell["runs"].append({"run": i, **figs, **quality, **out.to_json()})
             if why is not None:
                 self._finish(cell, f"run {i}/{n} failed — {why}")
                 self.view.note(f"{engine.name} {precision}: FAILED, {cell['reason']}")
                 return
-            self.view.note(f"{engine.name} {precision} {what}: {figs['images_per_second']:,.1f} images/s "
-                           f"(warm-up {figs['warmup_seconds'] or 0:.1f} s{_quality_text(quality)})")
             self.save()
         self._finish(cell, None)
 

@@ -9,6 +9,7 @@ from typing import Any
 from ...core.device import recorded_line
 from ...core.recorded import read_view
 from ...core.tables import Ratio, engine_label, pair_ratios
+from ...reports.format import interval
 from .config import ThroughputRecorded
 
 
@@ -132,7 +133,7 @@ def print_table(console: Any, model: str, dataset: str, batch: int, doc: dict[st
     extra = has_window_rule_columns(rows)
     size = "" if image_size == 32 else f" {image_size}×{image_size}"
     t = Table(title=f"Training throughput — {model}, {dataset}{size}, batch {batch:,}")
-    cols = ["Engine", "Precision", "images/s (median)", "±CI", "runs", "warm-up s"]
+    cols = ["Engine", "Precision", "images/s (median)", "interval", "runs", "warm-up s"]
     if extra:
         cols += ["window s", "J/image", "W", "steady"]
     for col in cols:
@@ -143,10 +144,8 @@ def print_table(console: Any, model: str, dataset: str, batch: int, doc: dict[st
             t.add_row(label, r.precision, "[red]FAILED[/red]", "—", str(len(c["runs"])), "—",
                       *(["—"] * (len(cols) - 6)))
             continue
-        ci = "—"
-        if r.median is not None and r.ci_low is not None and r.ci_high is not None:
-            level = f"{r.ci_level * 100:.2f}".rstrip("0").rstrip(".") + "%: " if r.ci_level else ""
-            ci = f"±{(r.ci_high - r.ci_low) / 2:,.1f} ({level}{r.ci_low:,.1f}–{r.ci_high:,.1f})"
+        # The interval itself: it is not symmetric about the median, so no "±half-width".
+        ci = interval(r.ci_level, r.ci_low, r.ci_high) if r.median is not None else "—"
         more = []
         if extra:
             more = [f"{r.window_s:.1f}" if r.window_s is not None else "—",

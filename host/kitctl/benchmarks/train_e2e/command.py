@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from ... import datarun as common
-from ...runconfig import O_PYTHON, O_RESULTS_DIR, O_RESUME
+from ...runconfig import O_CSV, O_JSON, O_PYTHON, O_RESULTS_DIR, O_RESUME_DATA
 from ..dataload.window import STEADY_TOLERANCE, WINDOW_IMAGES, WINDOW_SECONDS
 from .config import TrainE2EConfig
 
@@ -43,7 +43,9 @@ def train_e2e(
                                 "kitctl/loader-ffcv:<tag>: ffcv), CPU only; datasets written in the writer's image."),
     image_tag: str = typer.Option("ci", help="--runtime docker: the loader images' tag."),
     results_dir: Path = O_RESULTS_DIR,
-    resume: Optional[Path] = O_RESUME,
+    resume: Optional[Path] = O_RESUME_DATA,
+    as_json: bool = O_JSON,
+    csv: Optional[Path] = O_CSV,
 ) -> None:
     """End to end: ResNet training images/s fed by each loader vs synthetic on-device data (which keeps the GPU busy)."""
     from . import run as runner
@@ -54,4 +56,5 @@ def train_e2e(
         lambda: TrainE2EConfig.from_flags(corpus, data_dir, loaders, model, precision, device, workers, encoding,
                                           side, batch, warmup, steps, runs, limit, timeout, python, runtime,
                                           image_tag, window_images, window_seconds, steady_tolerance),
-        TrainE2EConfig.from_json, TrainE2EConfig.runtime_record, runner.run, print_table, all_ok, uses_gpu=True)
+        TrainE2EConfig.from_json, TrainE2EConfig.runtime_record, runner.run, print_table, all_ok, uses_gpu=True,
+        as_json=as_json, csv=csv)

@@ -18,7 +18,7 @@ def series(doc: dict[str, Any]) -> dict[str, list[tuple[str, float, float | None
 
 
 def plots(sources: list[Any], out_dir: Path) -> list[Any]:
-    from ...reports.plots import PlotFile, _mpl, _save
+    from ...reports.plots import LOADER_COLORS, SYNTHETIC_COLOR, Bars, PlotFile, bars_legend, plot_bars
 
     files = []
     for src in sources:
@@ -27,27 +27,25 @@ def plots(sources: list[Any], out_dir: Path) -> list[Any]:
         ss = series(src.doc)
         if not ss:
             continue
-        plt = _mpl()
-        fig, axes = plt.subplots(1, len(ss), figsize=(5 * len(ss) + 1, 4.5), squeeze=False)
-        for ax, (model, pts) in zip(axes[0], ss.items()):
-            names = [p[0] for p in pts]
-            vals = [p[1] for p in pts]
-            lo = [max(0.0, p[1] - p[2]) if p[2] is not None else 0.0 for p in pts]
-            hi = [max(0.0, p[3] - p[1]) if p[3] is not None else 0.0 for p in pts]
-            colors = ["#888888" if n == "synthetic" else "#1f77b4" for n in names]
-            ax.bar(names, vals, yerr=[lo, hi], color=colors, capsize=3)
-            if "synthetic" in names:
-                ax.axhline(vals[names.index("synthetic")], color="#888888", linestyle="--", linewidth=1)
-            ax.set_title(model)
-            ax.set_ylabel("training images/s (median of runs)")
-            ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
-            ax.grid(True, axis="y", alpha=0.3)
+        loaders = list(dict.fromkeys(p[0] for pts in ss.values() for p in pts if p[0] != "synthetic"))
+        colors = {name: LOADER_COLORS[k % len(LOADER_COLORS)] for k, name in enumerate(loaders)}
+        b = Bars([], [], [], [])
+        for model, pts in ss.items():
+            for loader, median, low, high in pts:
+                b.labels.append(f"{model} · {loader}")
+                b.values.append(median)
+                b.colors.append(SYNTHETIC_COLOR if loader == "synthetic" else colors[loader])
+                b.notes.append("")
+                b.err_low.append(max(0.0, median - low) if low is not None else 0.0)
+                b.err_high.append(max(0.0, high - median) if high is not None else 0.0)
         device = next((r.get("device") for c in src.doc["results"] for r in c["runs"] if r.get("device")), "?")
         title = f"Training fed by each loader vs synthetic on-device data ({device})"
-        fig.suptitle(title)
-        fig.tight_layout()  # the rotated loader names stay inside the figure
+        legend_colors = {**({"synthetic data (the upper bound)": SYNTHETIC_COLOR}
+                            if any(p[0] == "synthetic" for pts in ss.values() for p in pts) else {}), **colors}
+        whiskers = "whiskers: the interval" if any(b.err_low) or any(b.err_high) else None
         path = out_dir / f"{src.stem}-train-e2e.png"
-        _save(fig, path)
+        data = plot_bars(b, f"{title}\n{src.name}", "training images/s (median of runs)", path, errors=True,
+                         legend=bars_legend(legend_colors, whiskers=whiskers))
         files.append(PlotFile(path=path, title=title, kind="train-e2e", source=src.name,
-                              data={"series": {m: [list(p) for p in pts] for m, pts in ss.items()}}))
+                              data={**data, "series": {m: [list(p) for p in pts] for m, pts in ss.items()}}))
     return files
