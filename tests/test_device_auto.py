@@ -130,7 +130,7 @@ def _config_of(monkeypatch, *args: str):
     seen = {}
 
     def fake_start(benchmark, given, resume, timeout, gpu, results_dir, python, require_idle, threshold,
-                   new_config, gpu_request="auto"):
+                   new_config, gpu_request="auto", **_more):
         seen["config"] = new_config()
         raise typer.Exit(0)
 

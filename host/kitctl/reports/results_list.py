@@ -54,7 +54,7 @@ def is_result(e: Entry) -> bool:
 def newest_first(keyed: list[tuple[str, Entry]]) -> list[Entry]:
     """Newest first by creation time (the run just made on top); files without a date last, by name."""
     dated = sorted((k for k in keyed if k[0]), key=lambda k: (k[0], k[1].name), reverse=True)
-    return [e for _, e in dated] + sorted((e for k, e in keyed if not k[0]), key=lambda e: e.name)
+    return [e for _, e in dated] + sorted((e for k, e in keyed if not k), key=lambda e: e.name)
 
 
 def reference_dir(folder: Path) -> Path | None:
