@@ -184,18 +184,18 @@ def normalize(client: Any, image: str, epoch: int, *, base: str | None = None,
             raise ImageError(f"reading {image} back failed: not a tar ({one_line(exc)})") from None
         if config_raw is None or any(d not in rewritten for d in diff_ids):
             raise ImageError(f"reading {image} back: the daemon's archive lacks its config or a layer")
-        config = json.loads(config_raw)
-        config.pop("container", None)
-        config.pop("container_config", None)  # the build container's ID and hostname
-        if isinstance(config.get("config"), dict):
-            config["config"]["Hostname"] = ""
-            config["config"]["Image"] = ""  # the builder's previous step's image ID: a timestamp in disguise
-        config["created"] = iso(epoch)
-        for h in config.get("history") or []:
+        image_config = json.loads(config_raw)
+        image_config.pop("container", None)
+        image_config.pop("container_config", None)  # the build container's ID and hostname
+        if isinstance(image_config.get("config"), dict):
+            image_config["config"]["Hostname"] = ""
+            image_config["config"]["Image"] = ""  # the builder's previous step's image ID: a timestamp in disguise
+        image_config["created"] = iso(epoch)
+        for h in image_config.get("history") or []:
             h["created"] = iso(epoch)
         new_diff_ids = [rewritten[d][0] for d in diff_ids]
-        config["rootfs"] = {"type": "layers", "diff_ids": new_diff_ids}
-        body = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
+        image_config["rootfs"] = {"type": "layers", "diff_ids": new_diff_ids}
+        body = json.dumps(image_config, sort_keys=True, separators=(",", ":")).encode()
         new_id = "sha256:" + hashlib.sha256(body).hexdigest()
         archive = tmp / "image.tar"
         with tarfile.open(archive, "w", format=tarfile.PAX_FORMAT) as tar:
@@ -236,7 +236,7 @@ def normalize(client: Any, image: str, epoch: int, *, base: str | None = None,
                     client.images.remove(img.id, noprune=False)
             except docker.errors.APIError:
                 pass  # a container or a child image still uses it: leave it
-        history = [h for h in config.get("history") or [] if not h.get("empty_layer")]
+        history = [h for h in image_config.get("history") or [] if not h.get("empty_layer")]
         layers = tuple(Layer(diff_id=new_diff_ids[i], created_by=(history[i].get("created_by", "?")
                                                                    if i < len(history) else "?"),
                              files=rewritten[d][1]) for i, d in enumerate(diff_ids))

@@ -2,7 +2,7 @@
 
 The archive is a gzip-compressed `docker save` tarball (so a plain `docker load -i FILE` reads it
 too) whose first member, `kitctl-images.json`, says for each image: the compose service and
-variant it was saved as, its image ID (the sha256 of its config), its labels, and the sha256 of
+variant it was saved as, its image ID (the sha256 of its image_config), its labels, and the sha256 of
 the lock file(s) its build args name. `load` checks every ID and label set against the
 configs inside the archive *before* anything reaches the daemon, loads it, checks again on the
 daemon's side, and tags each image with the name this checkout's compose.yaml gives it.
@@ -129,8 +129,8 @@ def _save_stream(client: Any, names: list[str]) -> Iterator[bytes]:
     return api._stream_raw_result(res, CHUNK, False)
 
 
-def _labels_of(config: dict[str, Any]) -> dict[str, str]:
-    return dict((config.get("config") or config.get("Config") or {}).get("Labels") or {})
+def _labels_of(image_config: dict[str, Any]) -> dict[str, str]:
+    return dict((image_config.get("config") or image_config.get("Config") or {}).get("Labels") or {})
 
 
 # ---- save -----------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import typer
 from ...runconfig import O_CSV, O_JSON, O_PYTHON, O_RESULTS_DIR, O_RESUME_DATA
 from ... import datarun as common
 from .config import DataloadConfig
-from .window import STEADY_TOLERANCE, WINDOW_IMAGES, WINDOW_SECONDS
+from ...core.loader_window import STEADY_TOLERANCE, WINDOW_IMAGES, WINDOW_SECONDS
 
 
 def dataload(

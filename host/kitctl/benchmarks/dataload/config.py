@@ -11,7 +11,7 @@ from typing import Any
 from ...errors import Fail
 from ...datarun import DATA_ENCODINGS, LOADER_FORMAT, ReadCap, block_device, check_corpus, check_data_dir, \
     check_workers, corpus_images, parse_ints, parse_names
-from .window import LoaderWindow
+from ...core.loader_window import LoaderWindow
 
 LOADERS = ("pytorch-dataloader", "webdataset", "ffcv", "pytorch-nvjpeg", "dali-cpu", "dali-gpu")
 FORMAT_OF, ENCODINGS = LOADER_FORMAT, DATA_ENCODINGS  # which format each loader reads; what a dataset can hold
@@ -63,7 +63,7 @@ class DataloadConfig:
             raise Fail(f"--timeout must be > 0 (got {timeout})")
         window = None
         if window_images is not None or window_seconds is not None:
-            from .window import STEADY_TOLERANCE
+            from ...core.loader_window import STEADY_TOLERANCE
 
             window = LoaderWindow.of(window_images, window_seconds,
                                      STEADY_TOLERANCE if steady_tolerance is None else steady_tolerance, epochs)

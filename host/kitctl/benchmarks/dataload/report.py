@@ -120,7 +120,7 @@ def measured(doc: dict[str, Any]) -> list[list[str]]:
 
 
 def _window_speed_rule(c: dict[str, Any]) -> str:
-    from ..throughput.config import MAX_INTERVAL_SPREAD
+    from ...core.steadiness import MAX_INTERVAL_SPREAD
 
     runs = f"{c['runs']} run{'s' if c['runs'] != 1 else ''} per cell"
     return (f"batch {c['batch']}; the warm-up epoch's time to its first batch is the loader's start-up (the "

@@ -50,7 +50,7 @@ def cell_window(runs: list[dict[str, Any]], summary: dict[str, Any], cfg: Datalo
     """A cell under the window rule: the median start-up (apart from the steady figure) and the steadiness
     verdict, by throughput's rule (every run's halves within the tolerance, the interval within 10 % of the
     median)."""
-    from ..throughput.run import cell_steadiness
+    from ...core.steadiness import cell_steadiness
 
     startup = [r["startup_seconds"] for r in runs if isinstance(r.get("startup_seconds"), (int, float))]
     return {"startup": summarize(startup, cfg.ci_level) if startup else None,

@@ -6,7 +6,7 @@ from typing import Any
 from ...core.stats import median
 from ...datarun import FFCV_PUBLISHED_LOAD
 from ...reports.format import interval
-from .window import steady_text
+from ...core.loader_window import steady_text
 
 
 def rows(doc: dict[str, Any]) -> list[dict[str, Any]]:

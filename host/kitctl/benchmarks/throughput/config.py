@@ -18,9 +18,6 @@ WINDOW_IMAGES = 2 * 390 * 128
 WINDOW_SECONDS = 5.0
 STEADY_TOLERANCE = 0.02
 MAX_WARMUP_SECONDS = 120.0
-# A cell whose interval of the median spans more than this fraction of the median is not steady
-# either: its runs disagree with each other even where each run's halves agree.
-MAX_INTERVAL_SPREAD = 0.10
 NONE = (type(None),)
 
 

@@ -20,7 +20,8 @@ from ...core.protocol import TrialRequest
 from ...runner import UnitRunner, find_cell
 from ...core.watch import Watcher
 from ...core.stats import median, summarize
-from .config import MAX_INTERVAL_SPREAD, STEADY_TOLERANCE
+from ...core.steadiness import cell_steadiness
+from .config import STEADY_TOLERANCE
 from .energy import run_steadiness, window_energy, window_readings
 
 
@@ -70,26 +71,6 @@ def run_quality(result: dict[str, Any] | None, readings: dict[str, list] | None)
     return {**run_steadiness(r),
             "energy": window_energy(readings, w.get("start_unix"), w.get("end_unix"), r.get("images")),
             "telemetry": readings}
-
-
-def cell_steadiness(runs: list[dict[str, Any]], summary: dict[str, Any] | None, tolerance: float) -> dict[str, Any]:
-    """A cell is steady when every run's window halves agree within the tolerance and its interval of the
-    median spans at most MAX_INTERVAL_SPREAD of the median; `why` names what failed. Runs measured
-    before the window rule carry no halves: `steady` is then None (not measured)."""
-    judged = [r for r in runs if isinstance(r.get("steady"), bool)]
-    unsteady = [r["run"] for r in judged if not r["steady"]]
-    spread = None
-    if summary and summary.get("median") and summary.get("ci_low") is not None and summary.get("ci_high") is not None:
-        spread = (summary["ci_high"] - summary["ci_low"]) / summary["median"]
-    why = []
-    if unsteady:
-        why.append(f"{len(unsteady)} of {len(runs)} runs' window halves differ by more than {tolerance:.0%}")
-    if spread is not None and spread > MAX_INTERVAL_SPREAD:
-        why.append(f"the interval spans {spread:.0%} of the median (more than {MAX_INTERVAL_SPREAD:.0%})")
-    steady = False if why else (True if judged else None)
-    return {"steady": steady, "why": "; ".join(why) or None, "runs_not_steady": unsteady,
-            "runs_judged": len(judged), "tolerance": tolerance, "interval_spread": spread,
-            "max_interval_spread": MAX_INTERVAL_SPREAD}
 
 
 def _medians(runs: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -8,7 +8,7 @@ import typer
 
 from ... import datarun as common
 from ...runconfig import O_CSV, O_JSON, O_PYTHON, O_RESULTS_DIR, O_RESUME_DATA
-from ..dataload.window import STEADY_TOLERANCE, WINDOW_IMAGES, WINDOW_SECONDS
+from ...core.loader_window import STEADY_TOLERANCE, WINDOW_IMAGES, WINDOW_SECONDS
 from .config import TrainE2EConfig
 
 

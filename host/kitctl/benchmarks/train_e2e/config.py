@@ -13,7 +13,7 @@ from ...datarun import LOADER_FORMAT as FORMAT_OF
 from ...datarun import LOADER_IMAGE, TORCH_IMAGES, check_corpus, check_data_dir, check_workers, corpus_images, \
     detect_gpu, loader_image, loader_runtime, parse_ints, parse_names
 from ...errors import Fail
-from ..dataload.window import STEADY_TOLERANCE, LoaderWindow
+from ...core.loader_window import STEADY_TOLERANCE, LoaderWindow
 
 # dali-gpu's batches stay in DALI's GPU tensors (no hand-off to torch in the trial yet)
 LOADERS = ("synthetic", "pytorch-dataloader", "webdataset", "ffcv", "pytorch-nvjpeg", "dali-cpu")

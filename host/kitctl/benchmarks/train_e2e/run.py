@@ -44,7 +44,7 @@ def summaries(runs: list[dict[str, Any]], level: float) -> dict[str, Any]:
 
 def loader_steadiness(runs: list[dict[str, Any]], summary: dict[str, Any] | None, tolerance: float) -> dict[str, Any]:
     """The loader-alone window's steadiness over a cell's runs, by throughput's rule (cell_steadiness)."""
-    from ..throughput.run import cell_steadiness
+    from ...core.steadiness import cell_steadiness
 
     judged = [{"run": r["run"], "steady": ((r.get("loader_alone") or {}).get("window") or {}).get("steady")}
               for r in runs]

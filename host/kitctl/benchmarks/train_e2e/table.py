@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...reports.format import interval
-from ..dataload.window import steady_text
+from ...core.loader_window import steady_text
 
 # A loader "keeps the GPU busy" when its training images/s reach this share of synthetic's (the same model, medians).
 KEEPS_BUSY = 0.95

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import Fail
+from ..errors import Fail
 
 # The defaults: long enough that a loader's rate is steady on an H200 host (FFCV's tables time whole ImageNet
 # epochs; 50,000 images and 30 s is the throughput window's rule).
