@@ -167,11 +167,11 @@ def test_first_run_without_a_gpu_ends_with_a_table_an_artifact_and_its_cap(tmp_p
                         "--start-batch", "2", "--max-batch", "2", "--results-dir", str(tmp_path / "results")],
                        cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
     assert p.returncode == 0, (p.stdout, p.stderr)
-    first = p.stdout.splitlines()[0]
+    first = p.stderr.splitlines()[0]  # progress and notes go to stderr; stdout holds the result
     m = re.match(r"device cpu \(auto: no usable GPU: .+\); memory cap ([\d,]+) MiB per candidate \(default: ", first)
     assert m, first
     cap = int(m.group(1).replace(",", ""))
-    assert "Max batch — resnet50, synthetic" in p.stdout and "Peak RAM at max" in p.stdout  # not VRAM
+    assert "Max batch — resnet50, synthetic" in p.stdout and "Peak host RSS at max" in p.stdout  # not VRAM
     assert f"ran on: cpu (auto: no usable GPU" in p.stdout
     (artifact,) = (tmp_path / "results").glob("maxbatch-*.json")
     assert f"artifact: {artifact}" in p.stdout
