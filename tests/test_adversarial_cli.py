@@ -36,6 +36,15 @@ def kitctl(*args: str, env: dict[str, str] | None = None, timeout: float = 900) 
                           env={**os.environ, "COLUMNS": "200", **(env or {})})
 
 
+def error_lines(stderr: str) -> list[str]:
+    """The run's errors on stderr: lines that start "kitctl: ". The device line, the run's id and the
+    progress go to stderr too, before them; an error is one line, and the last one."""
+    lines = stderr.strip().splitlines()
+    errors = [ln for ln in lines if ln.startswith("kitctl: ")]
+    assert not errors or lines[-1] == errors[-1], stderr[-2000:]
+    return errors
+
+
 def handlers_installed(pid: int, timeout: float = 10.0) -> bool:
     """Wait until the process catches SIGTERM and SIGHUP (/proc/PID/status SigCgt): before that,
     Python itself is starting and no program can handle a signal."""
@@ -97,7 +106,7 @@ def test_every_signal_at_every_moment_exits_130_with_a_partial_or_nothing(tmp_pa
                 proc.kill()
         assert proc.returncode == 130, (delay, proc.returncode, err[-2000:])
         assert "Traceback" not in err and "Traceback" not in out, (delay, err[-2000:])
-        lines = err.strip().splitlines()
+        lines = error_lines(err)
         assert len(lines) == 1 and lines[0].startswith(f"kitctl: interrupted ({sig.name})"), (delay, err)
         left = assert_nothing_or_a_resumable_partial(results)
         assert ("--resume" in lines[0]) == (left == "partial"), (delay, lines[0], left)
@@ -185,7 +194,7 @@ def test_disk_full_mid_run_keeps_the_partial_and_says_how_to_resume(tiny_disk):
     p = kitctl(*CPU, "--start-batch", "2", "--max-batch", "64", "--timeout", "300", "--results-dir", str(results))
     assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
     assert "Traceback" not in p.stderr, p.stderr[-3000:]
-    lines = p.stderr.strip().splitlines()
+    lines = error_lines(p.stderr)
     assert len(lines) == 1 and "No space left on device" in lines[0], p.stderr
     (partial,) = results.glob("*" + PARTIAL_SUFFIX)
     assert f"--resume {partial}" in lines[0], lines[0]
@@ -201,7 +210,7 @@ def test_disk_full_before_the_first_byte_writes_nothing(tiny_disk):
     fill(tiny_disk, leave_pages=0)
     p = kitctl(*CPU, "--start-batch", "2", "--max-batch", "2", "--timeout", "300", "--results-dir", str(results))
     assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
-    lines = p.stderr.strip().splitlines()
+    lines = error_lines(p.stderr)
     assert len(lines) == 1 and "No space left on device" in lines[0] and "nothing written" in lines[0], p.stderr
     assert list(results.iterdir()) == []
 

@@ -18,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
-RESULTS = ROOT / "results"
+RESULTS = ROOT / "results" / "reference"
 ENTRY = [sys.executable, "-c", "from kitctl.cli import main; main()"]
 TPUT = DATA / "throughput-sample.json"
 TPUT_A = RESULTS / "throughput-resnet50-synthetic-20261201T041210Z.json"

@@ -85,7 +85,11 @@ def check_whole(out: Path) -> dict:
 def test_two_makes_into_one_folder_never_both_succeed(sources, tmp_path):
     out = tmp_path / "corpus"
     a = make(sources, out, "--images", 60, "--classes", 3, "--workers", 2, "--seed", 0)
-    wait_for_workers(out, 1)
+    # a holds the folder's lock once its work folder is there (kitctl's own process, seen earlier,
+    # has not yet started the maker: b could take the lock first)
+    end = time.monotonic() + 120
+    while not list(tmp_path.glob(".corpus.making-*")) and a.poll() is None and time.monotonic() < end:
+        time.sleep(0.05)
     b = make(sources, out, "--images", 40, "--classes", 3, "--workers", 2, "--seed", 1)
     (_, ea), (_, eb) = a.communicate(timeout=300), b.communicate(timeout=300)
     codes = sorted([a.returncode, b.returncode])

@@ -151,7 +151,7 @@ def _minimal_doc(runtime: dict) -> dict:
 
 def _fake_gpu(monkeypatch, uuid: str = FAKE_UUID) -> None:
     real = gpu_mod.Nvml
-    monkeypatch.setattr(gpu_mod, "Nvml", lambda: real(lib=FakeNvmlLib([FakeDevice(uuid)], driver="580.159.04")))
+    monkeypatch.setattr(gpu_mod, "Nvml", lambda lib=None: real(lib=FakeNvmlLib([FakeDevice(uuid)], driver="580.159.04")))
 
 
 def _kitctl(monkeypatch, capsys, *args: str) -> tuple[int, str]:

@@ -19,7 +19,7 @@ REAL_NVML = gpu_mod.Nvml
 
 
 def machine(monkeypatch, *devices: FakeDevice, driver: str = "580.159.04") -> None:
-    monkeypatch.setattr(gpu_mod, "Nvml", lambda: REAL_NVML(lib=FakeNvmlLib(list(devices), driver=driver)))
+    monkeypatch.setattr(gpu_mod, "Nvml", lambda lib=None: REAL_NVML(lib=FakeNvmlLib(list(devices), driver=driver)))
 
 
 def partial_doc(monkeypatch) -> dict:
