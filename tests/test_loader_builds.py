@@ -127,7 +127,9 @@ def test_a_variant_loader_list_must_be_names(tmp_path):
 def corpus(tmp_path) -> Path:
     """What check_corpus looks at: a manifest (no image is read: nothing runs)."""
     (tmp_path / "corpus").mkdir()
-    (tmp_path / "corpus" / "manifest.json").write_text(json.dumps({"images": 4}))
+    files = [{"file": f"train/0/{i}.jpg", "bytes": 100} for i in range(4)]
+    (tmp_path / "corpus" / "manifest.json").write_text(
+        json.dumps({"kind": "kitctl-image-corpus", "images": 4, "files": files}))
     return tmp_path / "corpus"
 
 
