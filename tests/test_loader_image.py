@@ -140,7 +140,7 @@ def test_kitctl_dataload_through_docker(client, loader_image, tmp_path):
     client.images.get(IMAGE).tag("kitctl/loader-torch", tag)
     try:
         p = subprocess.run([*entry, "run", "dataload", "--corpus", str(corpus_dir), "--loaders", "pytorch-nvjpeg",
-                            "--runtime", "docker", "--image-tag", tag, "--results-dir", str(res)],
+                            "--runtime", "docker", "--image-tag", tag, "--batch", "4", "--results-dir", str(res)],
                            capture_output=True, text=True)
     finally:
         client.images.remove(f"kitctl/loader-torch:{tag}")
@@ -289,7 +289,8 @@ def test_train_e2e_docker_bad_input_is_one_line_exit_2(client, small_corpus, tmp
     for flags, says in ((["--loaders", "dali-cpu"], "dali-cpu: its image (loader-dali) has no torch"),
                         (["--loaders", "pytorch-nvjpeg"], "pytorch-nvjpeg: it decodes on the GPU, and train-e2e's containers"),
                         (["--device", "cuda"], "--runtime docker --device cuda"),
-                        (["--image-tag", "no-such-tag"], "image kitctl/loader-torch:no-such-tag is not present"),
+                        (["--image-tag", "no-such-tag", "--batch", "4", "--steps", "2"],
+                         "image kitctl/loader-torch:no-such-tag is not present"),
                         (["--runtime", "podman"], "--runtime must be local or docker")):
         args = ["--runtime", "docker", *flags] if "--runtime" not in flags else flags
         p = _kitctl("run", "train-e2e", "--corpus", small_corpus, "--data-dir", tmp_path / "ds", *args,
