@@ -2,7 +2,9 @@
 the framework loads resolves. Run as
     docker run --rm --network none --entrypoint /opt/venv/bin/python -v "$PWD/images:/k:ro" IMAGE /k/check-gpu-image.py
 Prints one JSON object. libcuda.so.1 is the driver's: the container runtime injects it, so here it is
-expected to be missing and is reported apart. Exit 1 when any other library fails to load.
+expected to be missing and is reported apart. Exit 1 when cudart, cuBLAS, cuDNN or NCCL fails to load
+through ctypes, or ldd finds any other library missing for the framework's (or Triton's) own shared
+objects. The CUDA wheels' remaining libraries are listed apart, for information (see below).
 """
 from __future__ import annotations
 
@@ -41,15 +43,36 @@ for key, pattern in wanted.items():
     except OSError as exc:
         libs[key] = {"path": paths[0].removeprefix(site + "/"), "loads": False, "error": str(exc)[:200]}
 out["libraries"] = libs
-# Every shared object the framework ships: what ldd cannot resolve (beyond the driver's libcuda).
+# Every shared object the framework ships (and Triton's, which torch.compile loads): what ldd cannot
+# resolve (beyond the driver's libcuda). These decide the exit status.
+def ldd_missing(so: str, env: dict | None = None) -> list[str]:
+    r = subprocess.run(["ldd", so], capture_output=True, text=True, env=env)
+    return sorted({ln.split()[0] for ln in r.stdout.splitlines() if "not found" in ln})
+
+
 unresolved: dict = {}
-for so in sorted(glob.glob(os.path.join(site, "torch", "lib", "*.so*")) +
-                 glob.glob(os.path.join(site, "jaxlib", "**", "*.so"), recursive=True) +
-                 glob.glob(os.path.join(site, "jax_plugins", "**", "*.so"), recursive=True)):
-    r = subprocess.run(["ldd", so], capture_output=True, text=True)
-    missing = sorted({ln.split()[0] for ln in r.stdout.splitlines() if "not found" in ln})
+framework = sorted(set(glob.glob(os.path.join(site, "torch", "lib", "*.so*")) +
+                       glob.glob(os.path.join(site, "triton", "**", "*.so*"), recursive=True) +
+                       glob.glob(os.path.join(site, "jaxlib", "**", "*.so"), recursive=True) +
+                       glob.glob(os.path.join(site, "jax_plugins", "**", "*.so"), recursive=True)))
+out["ldd_checked"] = len(framework)
+for so in framework:
+    missing = ldd_missing(so)
     if missing:
         unresolved[so.removeprefix(site + "/")] = missing
+# For information: the CUDA wheels' own libraries (nvidia/...), with their lib folders on the search
+# path as they are once the framework has loaded its CUDA libraries. What is missing here belongs to
+# parts that are loaded only on request (GPUDirect Storage over RDMA, NVSHMEM's MPI/UCX/InfiniBand
+# transports), which a one-GPU trial does not use; it does not decide the exit status.
+nvidia = sorted(glob.glob(os.path.join(site, "nvidia", "**", "*.so*"), recursive=True))
+env = dict(os.environ, LD_LIBRARY_PATH=":".join(sorted({os.path.dirname(p) for p in nvidia})))
+optional: dict = {}
+for so in nvidia:
+    missing = [m for m in ldd_missing(so, env) if m != "libcuda.so.1"]
+    if missing:
+        optional[so.removeprefix(site + "/")] = missing
+out["cuda_wheels_ldd_checked"] = len(nvidia)
+out["cuda_wheels_unresolved_optional"] = optional
 out["ldd_unresolved"] = unresolved
 out["only_driver_missing"] = all(set(v) <= {"libcuda.so.1"} for v in unresolved.values())
 ok = all(v.get("loads") for v in libs.values()) and out["only_driver_missing"]

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, List, Optional
+from pathlib import Path
+from typing import Any, Callable, List, Optional
 
 import typer
 from rich.console import Console
@@ -123,6 +124,12 @@ def build(
     check_reproducible: bool = typer.Option(False, "--check-reproducible",
                                             help="Build each image twice from a clean cache (--reproducible) and "
                                                  "compare the IDs; name the layers and files that differ (exit 1)."),
+    wheels_from_host: bool = typer.Option(False, "--wheels-from-host",
+                                          help="Download the lock's wheels with this host's pip (its index, proxy "
+                                               "and CA), for the base image's Python and glibc, hash-checked, into "
+                                               "the image's wheels/; the build installs from them with no index."),
+    log: Optional[Path] = typer.Option(None, "--log", metavar="FILE",
+                                       help="Append the whole output (downloads, every build line) to FILE."),
 ) -> None:
     """Build engine images from compose.yaml (the files `docker compose build` reads; the classic builder)."""
     from .compose import ComposeError, provenance_build_args
@@ -145,11 +152,35 @@ def build(
             if reproducible:
                 epoch = repro.source_date_epoch(context)
                 overrides.update(repro.reproducible_build_args(context, epoch))
+            if wheels_from_host:
+                overrides["PIP_NO_INDEX"] = "1"  # only the downloaded, hash-checked wheels
             overrides.update(user_args)
             specs.append(compose.build_spec(svc, variant=variant, overrides=overrides))
         client = store.open_client()
     except (ImageError, ComposeError) as exc:
         raise _fail(str(exc))
+    log_file = None
+    if log is not None:
+        try:
+            log_file = open(log, "a", encoding="utf-8")
+        except OSError as exc:
+            client.close()
+            raise _fail(f"--log {log}: {exc.strerror or exc}")
+
+    def to_log(line: str) -> None:
+        if log_file is not None:
+            log_file.write(line + "\n")
+            log_file.flush()
+
+    if wheels_from_host:
+        try:
+            for spec in specs:
+                _fetch_wheels(console, client, spec, to_log)
+        except ImageError as exc:
+            client.close()
+            if log_file is not None:
+                log_file.close()
+            raise _fail(str(exc))
     differing = 0
     builds: dict[str, Any] = {}  # --check-reproducible: the first build of each image
     try:
@@ -159,6 +190,7 @@ def build(
             plain = not console.is_terminal
 
             def on_line(line: str, _a: _Activity = activity) -> None:
+                to_log(line)
                 _a.line(line)
                 if plain and line.startswith("Step "):
                     text = " ".join(line.split())
@@ -192,6 +224,7 @@ def build(
                     first = builds.setdefault(spec.image, norm)
                     if first is not norm:
                         differing += _report_reproducibility(console, first, norm)
+            to_log(f"built {spec.image}: {image_id} in {activity.elapsed:.0f} s")
             console.print(Text.assemble(
                 ("✓ ", "green"), f"built {spec.image} ({store.short_id(image_id)}, "
                 f"{labels.get(store.LABEL_ENGINE, spec.service)} {labels.get(store.LABEL_FRAMEWORK_VERSION, '?')}, "
@@ -199,8 +232,32 @@ def build(
                 f"{' (SOURCE_DATE_EPOCH=' + str(epoch) + ')' if reproducible else ''}"))
     finally:
         client.close()
+        if log_file is not None:
+            log_file.close()
     if differing:
         raise typer.Exit(1)
+
+
+def _fetch_wheels(console: Console, client: Any, spec: Any, to_log: Callable[[str], None]) -> None:
+    """--wheels-from-host: the lock's wheels for the base image's interpreter, into the image's wheels/."""
+    from . import wheels
+
+    base = wheels.base_image(spec)
+    lock = wheels.lock_file(spec)
+    target = wheels.probe(client, base)
+    activity = _Activity(f"downloading {lock.name}'s wheels for Python {target.python} "
+                         f"(glibc {target.glibc[0]}.{target.glibc[1]}, {target.machine})", console.width)
+    to_log(f"$ {' '.join(wheels.pip_command(lock, lock.parent / wheels.WHEELS_DIR, target))}")
+
+    def on_line(line: str) -> None:
+        to_log(line)
+        activity.line(line)
+
+    with console.status(activity, spinner="dots"):
+        fetched = wheels.download(lock, target, on_line=on_line)
+    console.print(Text.assemble(("✓ ", "green"), f"{len(fetched.files)} wheels of {lock.name}, hash-checked, for "
+                                f"{base}'s Python {target.python} / glibc {target.glibc[0]}.{target.glibc[1]} "
+                                f"in {fetched.wheels} ({activity.elapsed:.0f} s)"))
 
 
 def _report_reproducibility(console: Console, a: Any, b: Any) -> int:

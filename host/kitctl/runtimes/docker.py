@@ -273,13 +273,17 @@ def build_image(client: Any, spec: Any, *, on_line: Callable[[str], None] | None
     """
     tail: list[str] = []
     image_id: str | None = None
-    kwargs: dict[str, Any] = dict(path=str(spec.context), dockerfile=spec.dockerfile, buildargs=dict(spec.args),
+    kwargs: dict[str, Any] = dict(buildargs=dict(spec.args),
                                   tag=spec.image, rm=True, forcerm=True, decode=True, nocache=nocache,
                                   pull=pull)
     if network_mode:
         kwargs["network_mode"] = network_mode
     try:
-        for chunk in client.api.build(**kwargs):
+        context = _build_context(spec)
+    except OSError as exc:
+        raise ImageBuildError(f"building {spec.image} failed: its build context could not be read ({exc})", "")
+    try:
+        for chunk in client.api.build(fileobj=context, custom_context=True, dockerfile=spec.dockerfile, **kwargs):
             if "stream" in chunk:
                 for line in chunk["stream"].splitlines():
                     tail.append(line)
@@ -295,9 +299,32 @@ def build_image(client: Any, spec: Any, *, on_line: Callable[[str], None] | None
         if isinstance(exc, docker.errors.APIError):
             raise ImageBuildError(f"building {spec.image} failed: {_short(exc, 300)}", "\n".join(tail)) from None
         raise _daemon_down(exc) from None
+    finally:
+        context.close()
     if image_id is None:
         image_id = client.images.get(spec.image).id
     return image_id
+
+
+def _build_context(spec: Any) -> Any:
+    """The context tar the SDK would send for `path=`, less the other images' wheels/ folders.
+
+    Every engine image's context is the repository root, and each Dockerfile copies only its own
+    `images/<engine>/wheel[s]`. The other folders can hold several GB (a CUDA lock's wheels), which
+    the daemon would receive and unpack for nothing; leaving them out changes no layer.
+    """
+    from docker.utils import build as sdk_build
+
+    root = Path(spec.context)
+    exclude: list[str] = []
+    ignore = root / ".dockerignore"
+    if ignore.is_file():  # as the SDK reads it (docker/api/build.py)
+        exclude = [ln.strip() for ln in ignore.read_text().splitlines() if ln.strip() and not ln.strip().startswith("#")]
+    own = spec.dockerfile_path.parent
+    for wheels in sorted(root.glob("images/*/wheels")):
+        if wheels.parent.resolve() != own:
+            exclude.append(wheels.relative_to(root).as_posix())
+    return sdk_build.tar(str(root), exclude=exclude, dockerfile=(spec.dockerfile, None), gzip=False)
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
