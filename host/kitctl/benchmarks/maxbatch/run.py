@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 from ...core.artifact import utc_iso
 from ...core.budget import Budget, BudgetError, framework_budget, overhead_from
 from ...core.engines import Engine
-from ...core.outcome import KilledBy, SearchStatus, TrialOutcome
+from ...core.outcome import KilledBy, SearchStatus, Status, TrialOutcome
 from ...core.protocol import TrialRequest
 from ...core.watch import Watcher
 from ...core.search import STRATEGIES, SearchConfig, candidates_left
@@ -474,6 +474,11 @@ class Runner(UnitRunner):
                 t0 = time.time()
                 out = self._candidate(lane, req, job)
                 out.attempt = attempt
+                if job.slot_threshold is not None and out.status is Status.VRAM_CAP_EXCEEDED:
+                    # The per-slot gate, not the device delta (classify's words for the one-slot gate).
+                    killed = "; killed by the kit" if out.killed_by is KilledBy.KIT_VRAM_GATE else ""
+                    out.error = (f"its own per-process memory went over {job.slot_threshold:,.0f} MiB (B − the "
+                                 f"cell's offset){killed}")
                 # --slots: when the candidate ran, on the wall clock (which ran side by side; the
                 # search's wall time from its first candidate to its answer, the cell's slots_wall_s).
                 slot = None if self.slot_plan is None or lane.slot is None else {
