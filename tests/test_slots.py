@@ -30,6 +30,7 @@ from test_speculate import committed_cells, same
 from test_speculate_lanes import PASSES, Scripted, config, on_path_batches
 from test_gpus import answers
 
+from kitctl.benchmarks.maxbatch.config import MaxbatchConfig
 from kitctl.benchmarks.maxbatch.replay import oracle_of, search_config
 from kitctl.benchmarks.maxbatch.run import Lane, Runner, RunPlan, SlotPlan
 from kitctl.core.artifact import ArtifactStore, load
@@ -296,3 +297,148 @@ def test_without_per_process_memory_a_cell_runs_one_candidate_at_a_time(tmp_path
     assert c["slot_gate"]["offset_mib"] is None and "no per-process memory" in c["slot_gate"]["note"]
     assert {t["slot"]["index"] for t in c["trials"]} == {0} and all(t["on_path"] for t in c["trials"])
     assert sum(1 for rt in rts if rt.batches) == 1
+
+
+# -- real PyTorch trials on the CPU, through the CLI ----------------------------------------------
+
+# Where a memory cap stops ResNet-50 on the CPU moves by a few batches from one run to the next (the
+# allocator's layout under RLIMIT_DATA: 119/120, 123/124 and 125/126 were seen under a 1,000 MiB cap on
+# one host), so two runs compare on a range far under their cap: every candidate passes, and the pair
+# is (--max-batch, none) for both. The slots' bounded pairs are compared on replays above and checked
+# for a verified pass and memory failure on the stand-in GPU below.
+RANGE = ["--memory-limit", "1500", "--start-batch", "2", "--max-batch", "16", "--timeout", "300"]
+
+
+def only_final(results: Path) -> dict:
+    [f] = [f for f in results.glob("maxbatch-*.json") if not f.name.endswith(".partial.json")]
+    return load(f)
+
+
+def test_cpu_two_slots_end_at_the_one_slot_pair(tmp_path):
+    need_module("torch", "the local runtime runs the PyTorch trial on this interpreter")
+    one = kitctl(*CPU, *RANGE, "--results-dir", str(tmp_path / "one"))
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = kitctl(*CPU, *RANGE, "--slots", "2", "--results-dir", str(tmp_path / "two"))
+    assert two.returncode == 0, two.stderr[-3000:]
+    d1, d2 = only_final(tmp_path / "one"), only_final(tmp_path / "two")
+    [c1], [c2] = d1["results"], d2["results"]
+    assert (c1["search_status"], c1["max_batch"], c1["next_batch"]) == ("censored_at_max_batch", 16, None)
+    assert (c2["search_status"], c2["max_batch"], c2["next_batch"]) == (c1["search_status"], c1["max_batch"],
+                                                                         c1["next_batch"])
+    # One slot writes nothing of slots; two record the arithmetic, each candidate's slot, the wall time.
+    assert "slots" not in d1 and "slots" not in d1["configuration"]
+    assert not any("slot" in t for t in c1["trials"]) and "slots_wall_s" not in c1
+    assert d2["configuration"]["slots"] == "2" and d2["slots"]["slots"] == 2
+    assert d2["slots"]["device_source"] == "available RAM (MemAvailable)" and d2["slots"]["limit_mib"] == 1500
+    assert {t["slot"]["index"] for t in c2["trials"]} == {0, 1}
+    # Two candidates did run at the same time.
+    spans = sorted((t["slot"]["started_unix_s"], t["slot"]["ended_unix_s"]) for t in c2["trials"] + c2.get("cancelled", []))
+    assert any(b0 < a1 for (a0, a1), (b0, b1) in zip(spans, spans[1:]))
+    assert c2["slots_wall_s"] > 0
+    # The answer's candidates are the one-slot run's, in its order.
+    cfg = MaxbatchConfig.from_json(d2["configuration"])
+    assert on_path_batches(c2, cfg) == [t["batch"] for t in c1["trials"]]
+
+
+def trial_pids(owner: int) -> set[int]:
+    """The live processes below `owner` (kitctl's local trials and their children)."""
+    from fake_nvml import _parents
+
+    parents = _parents()
+    found, todo = set(), [p for p, pp in parents.items() if pp == owner]
+    while todo:
+        p = todo.pop()
+        if p not in found:
+            found.add(p)
+            todo.extend(c for c, pp in parents.items() if pp == p)
+    return {p for p in found if alive(p)}
+
+
+def test_sigint_with_two_slots_running_leaves_no_process_and_a_resumable_partial(tmp_path):
+    need_module("torch", "the local runtime runs the PyTorch trial on this interpreter")
+    from test_adversarial_cli import assert_nothing_or_a_resumable_partial, error_lines
+
+    results = tmp_path / "r"
+    proc = subprocess.Popen([*ENTRY, *CPU, *RANGE, "--slots", "2", "--results-dir", str(results)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "COLUMNS": "200", "KITCTL_RUN_STATE_DIR": str(tmp_path / "state")})
+    seen: set[int] = set()
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            # Python trials: the interpreter and nothing else, one per slot.
+            running = {p for p in trial_pids(proc.pid) if "trial" in Path(f"/proc/{p}/cmdline").read_text(errors="replace")} \
+                if proc.poll() is None else set()
+            seen |= running
+            if len(running) >= 2 and list(results.glob("*.partial.json")):
+                break
+            time.sleep(0.1)
+        assert proc.poll() is None, "the run ended before two slots ran at once"
+        time.sleep(1.0)  # the trials are importing the framework, well before they end
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err
+    lines = error_lines(err)
+    assert len(lines) == 1 and lines[0].startswith("kitctl: interrupted (SIGINT)") and "--resume" in lines[0]
+    assert len(seen) >= 2
+    time.sleep(0.5)
+    assert not [p for p in seen if alive(p)], "a trial outlived the interrupted run"
+    assert not list((tmp_path / "state").glob("*.json"))  # no run-state record left behind
+    assert assert_nothing_or_a_resumable_partial(results) == "partial"
+    [partial] = results.glob("*.partial.json")
+    assert load(partial)["configuration"]["slots"] == "2"
+
+
+# -- the per-slot gate in a real run: the named stand-in NVML, real PyTorch trials on the CPU --------
+
+# tests/nvml_stand_in answers a card whose used memory is an idle value plus the resident memory of
+# kitctl's candidates, each listed as a compute process with its own RSS; the local runtime is told
+# to run each "cuda" candidate on the CPU (as tests/test_speculate_lanes.py does). Everything else is
+# kitctl's: the calibration alone under the device-delta gate, the offset, one NVML loop gating each
+# slot's candidate by its own processes, the kills.
+GPU_SHIM = """
+import dataclasses
+from kitctl.runtimes.local import LocalRuntime
+_run = LocalRuntime.run
+LocalRuntime.run = lambda self, request, **kw: _run(self, dataclasses.replace(request, device="cpu"), **kw)
+from kitctl.entry import main
+main()
+"""
+
+
+def test_stand_in_gpu_two_slots_gate_each_candidate_by_its_own_processes(tmp_path):
+    need_module("torch", "the local runtime runs the PyTorch trial on this interpreter")
+    env = {**os.environ, "COLUMNS": "200", "KITCTL_TEST_NVML_IDLE_MIB": "300",
+           "PYTHONPATH": os.pathsep.join([str(STAND_IN), os.environ.get("PYTHONPATH", "")])}
+    # B = 1,150 − 256 = 894 MiB: the trial's resident memory passes that between batch 64 and 96.
+    p = subprocess.run([sys.executable, "-c", GPU_SHIM, "run", "maxbatch", "--device", "cuda", "--runtime", "local",
+                        "--engines", "pytorch-eager", "--precision", "fp32", "--vram-limit", "1150",
+                        "--start-batch", "64", "--max-batch", "96", "--calibration-batch", "2", "--slots", "2",
+                        "--timeout", "300", "--results-dir", str(tmp_path / "r")],
+                       capture_output=True, text=True, env=env, timeout=900)
+    assert p.returncode in (0, 1) and "Traceback" not in p.stderr, p.stderr[-3000:]
+    doc = only_final(tmp_path / "r")
+    [c] = doc["results"]
+    assert doc["slots"]["slots"] == 2 and doc["slots"]["device_source"] == "GPU total (NVML)"
+    gate = c["slot_gate"]
+    cal = c["calibration"]["peaks"]
+    assert gate["offset_mib"] == pytest.approx(max(0.0, cal["device_delta_mib"] - cal["process_mib"]), abs=0.11)
+    assert gate["threshold_mib"] == pytest.approx(doc["budget"]["budget_mib"] - gate["offset_mib"], abs=0.11)
+    assert c["search_status"] in ("bounded_by_memory_failure", "censored_at_max_batch"), c["reason"]
+    if c["search_status"] == "bounded_by_memory_failure":  # a verified pass at max, a memory failure at max + 1
+        last = {t["batch"]: t["status"] for t in c["trials"] if t["on_path"]}
+        assert c["next_batch"] == c["max_batch"] + 1
+        assert (last[c["max_batch"]], last[c["next_batch"]]) == ("ok", "vram_cap_exceeded")
+    for t in c["trials"]:
+        assert t["peaks"]["device_delta_mib"] is None and t["peaks"]["process_mib"] is not None
+        if t["status"] == "ok":
+            assert t["peaks"]["process_mib"] <= gate["threshold_mib"]
+        else:
+            assert (t["status"], t["killed_by"]) == ("vram_cap_exceeded", "kit_vram_gate"), t["error"]
+            assert t["peaks"]["process_mib"] > gate["threshold_mib"] and "per-process" in t["error"]
+    spans = sorted((t["slot"]["started_unix_s"], t["slot"]["ended_unix_s"]) for t in c["trials"] + c.get("cancelled", []))
+    assert any(b0 < a1 for (a0, a1), (b0, b1) in zip(spans, spans[1:]))  # two candidates at once
