@@ -27,27 +27,35 @@ import pytest
 
 from fake_nvml import FakeDevice, FakeNvmlLib, FakeProcess, alive
 from test_speculate import committed_cells, same
-from test_speculate_lanes import PASSES, Scripted, config, on_path_batches
+from test_speculate_lanes import PASSES, Scripted, config
 from test_gpus import answers
 
 from kitctl.benchmarks.maxbatch.config import MaxbatchConfig
 from kitctl.benchmarks.maxbatch.replay import oracle_of, search_config
-from kitctl.benchmarks.maxbatch.run import Lane, Runner, RunPlan, SlotPlan
+from kitctl.benchmarks.maxbatch.run import Lane, Runner, RunPlan, SlotPlan, cell_entries, cell_search
 from kitctl.core.artifact import ArtifactStore, load
 from kitctl.core.budget import make_budget
 from kitctl.core.engines import ENGINES
 from kitctl.core.gpu import Nvml
 from kitctl.core.outcome import KilledBy, MemoryPeaks, Status, TrialOutcome
 from kitctl.core.protocol import TrialRequest
-from kitctl.core.search import run_search
+from kitctl.core.search import STRATEGIES, run_search
 from kitctl.core.slots import SlotSampler, SlotsError, fit, gate_offset, parse_slots
-from kitctl.core.speculate import simulate
+from kitctl.core.speculate import replay, simulate
 from kitctl.launch import new_doc
 from kitctl.view import PlainView
 from conftest import need_module  # noqa: E402
 
 ENTRY = [sys.executable, "-c", "from kitctl.entry import main; main()"]
 EAGER = [ENGINES["pytorch-eager"]]
+
+
+def on_path_batches(cell, cfg):
+    """The batches the answer uses, in the order the sequential search asks for them; the trials
+    marked on_path are exactly those."""
+    r = replay(STRATEGIES[cfg.strategy], cell_entries(cell), cell_search(cfg.search, cell))
+    assert sorted(r.path) == [i for i, t in enumerate(cell["trials"]) if t["on_path"]]
+    return [cell["trials"][i]["batch"] for i in r.path]
 
 
 # -- the per-slot gate ---------------------------------------------------------------------------
@@ -287,6 +295,41 @@ def test_k_slots_give_the_one_slot_answer_and_path(tmp_path, case, k):
     if len(c1["trials"]) > 2:
         assert len({s["index"] for s in slots}) >= 2  # the slots were used
     assert "slot" not in ck["calibration"]
+
+
+class SlotWatched(Slotted):
+    """Slotted, as a GPU with slots reports it: a candidate under the per-slot gate (watcher from the
+    slot plan) has its own per-process memory and no device delta."""
+
+    def run(self, request, *, timeout_s, watcher=None):
+        out = super().run(request, timeout_s=timeout_s, watcher=watcher)
+        if getattr(watcher, "slot", False):
+            out.peaks.device_delta_mib = None
+        return out
+
+
+def test_guided_with_slots_reads_per_process_peak_plus_offset_as_the_device_delta(tmp_path):
+    """`guided` aims with the peaks: a slot's candidate has none of the device's own, and its
+    per-process peak + the cell's offset (what the gate held against B) stands in; here that is the
+    one-slot run's device delta exactly, so the answer's candidates are the one-slot run's."""
+    from test_runner import NullWatcher
+
+    class SlotNull(NullWatcher):
+        slot = True
+
+    cfg = config("guided")
+    one = slot_runner(tmp_path / "one", cfg, [Slotted(PASSES["monotone"], delay=0.02)]).run()
+    r = slot_runner(tmp_path / "k", cfg, [SlotWatched(PASSES["monotone"], delay=0.02) for _ in range(3)])
+    r.slot_plan = SlotPlan(3, lambda threshold: SlotNull())
+    many = r.run()
+    [c1], [ck] = one["results"], many["results"]
+    assert all(t["peaks"]["device_delta_mib"] is None for t in ck["trials"])
+    assert answers(many) == answers(one)
+    assert on_path_batches(ck, cfg) == [t["batch"] for t in c1["trials"]]
+    # Resume's check replays with the same stand-in peaks; without the offset the path would differ.
+    assert cfg.cell_problem(ck) is None
+    from kitctl.benchmarks.maxbatch.run import replay_problem
+    assert replay_problem(ck["trials"], cell_search(cfg.search, ck), "guided") is not None
 
 
 def test_without_per_process_memory_a_cell_runs_one_candidate_at_a_time(tmp_path):

@@ -142,6 +142,6 @@ class MaxbatchConfig:
 
     def cell_problem(self, cell: dict[str, Any]) -> str | None:
         """Why a partial's recorded cell is not one this search could have left, or None."""
-        from .run import cell_search, replay_problem
+        from .run import cell_search, replay_problem, slot_offset
 
-        return replay_problem(cell["trials"], cell_search(self.search, cell), self.strategy)
+        return replay_problem(cell["trials"], cell_search(self.search, cell), self.strategy, slot_offset(cell))

@@ -43,14 +43,15 @@ class RunPlan:
     watcher_factory: Callable[[float | None], Watcher] | None = None  # budget → watcher
 
 
-def replay_problem(trials: Sequence[dict[str, Any]], search: SearchConfig, strategy: str) -> str | None:
+def replay_problem(trials: Sequence[dict[str, Any]], search: SearchConfig, strategy: str,
+                   offset: float | None = None) -> str | None:
     """Why these recorded candidates are not ones the search could have left, or None.
 
     Replays the strategy over them (core/speculate.py: it is handed a recorded candidate of each
     batch it asks for): the candidates it uses must be the ones recorded as on its path
     (`on_path`, true when absent: runs before speculation ran every candidate on the path), and
     the others are speculative candidates, measured but outside the answer."""
-    entries = [trial_entry(t) for t in trials]
+    entries = [trial_entry(t, offset) for t in trials]
     r = replay(STRATEGIES[strategy], entries, search)
     for i, (t, used) in enumerate(zip(trials, r.on_path(len(entries))), 1):
         marked = t.get("on_path", True)
@@ -82,10 +83,28 @@ def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def trial_entry(t: dict[str, Any]) -> tuple:
-    """A recorded candidate as the search sees it: (batch, status, device-delta peak, compiled peak)."""
+def trial_entry(t: dict[str, Any], offset: float | None = None) -> tuple:
+    """A recorded candidate as the search sees it: (batch, status, device-delta peak, compiled peak).
+    A candidate of a --slots cell on a GPU has no device delta of its own (the device held the other
+    slots' too): with the cell's gate `offset`, its per-process peak + offset stands in, the very sum
+    the per-slot gate held against B, so `guided` aims with it as with a device delta."""
     out = TrialOutcome.from_json(t)
-    return (out.batch, out.status, out.peaks.device_delta_mib, compiled_peak(t))
+    peak = out.peaks.device_delta_mib
+    if peak is None and offset is not None and out.peaks.process_mib is not None:
+        peak = round(out.peaks.process_mib + offset, 1)
+    return (out.batch, out.status, peak, compiled_peak(t))
+
+
+def slot_offset(cell: dict[str, Any]) -> float | None:
+    """The per-slot gate's offset a --slots cell recorded (MiB), or None."""
+    off = (cell.get("slot_gate") or {}).get("offset_mib")
+    return float(off) if _number(off) else None
+
+
+def cell_entries(cell: dict[str, Any]) -> list[tuple]:
+    """The cell's recorded candidates as its search sees them."""
+    off = slot_offset(cell)
+    return [trial_entry(t, off) for t in cell["trials"]]
 
 
 def cell_search(search: SearchConfig, cell: dict[str, Any]) -> SearchConfig:
@@ -205,7 +224,7 @@ class Runner(UnitRunner):
                         left += cal + candidates_left([], self.plan.search)
                     elif cell.get("state") != "done":
                         left += (cal if cell.get("calibration") is None else 0) + candidates_left(
-                            [trial_entry(t) for t in cell["trials"]], cell_search(self.plan.search, cell))
+                            cell_entries(cell), cell_search(self.plan.search, cell))
         return left, True
 
     def _condition(self) -> threading.Condition:
@@ -448,7 +467,7 @@ class Runner(UnitRunner):
             with cond:
                 if self._stop.is_set():
                     raise _Stopped()
-                trials = [trial_entry(t) for t in cell["trials"]]
+                trials = cell_entries(cell)
                 r = replay(decide, trials, job.search)
                 pick = [] if r.decision.done else candidates(decide, trials, job.search, 1, job.running)
                 if not pick:
@@ -513,7 +532,7 @@ class Runner(UnitRunner):
         live = [r for r in job.runs if r.cancelled is None]
         if not live:
             return
-        trials = [trial_entry(t) for t in job.cell["trials"]]
+        trials = cell_entries(job.cell)
         gone = useless(STRATEGIES[self.plan.strategy], trials, job.search, [r.batch for r in live])
         for r in live:
             if r.batch in gone:
@@ -523,7 +542,7 @@ class Runner(UnitRunner):
     def _mark_path(self, job: _Search) -> None:
         """Record on each trial whether the sequential search's path uses it (under the lock)."""
         trials = job.cell["trials"]
-        r = replay(STRATEGIES[self.plan.strategy], [trial_entry(t) for t in trials], job.search)
+        r = replay(STRATEGIES[self.plan.strategy], cell_entries(job.cell), job.search)
         for t, used in zip(trials, r.on_path(len(trials))):
             t["on_path"] = used
 
