@@ -485,3 +485,25 @@ def test_stand_in_gpu_two_slots_gate_each_candidate_by_its_own_processes(tmp_pat
             assert t["peaks"]["process_mib"] > gate["threshold_mib"] and "per-process" in t["error"]
     spans = sorted((t["slot"]["started_unix_s"], t["slot"]["ended_unix_s"]) for t in c["trials"] + c.get("cancelled", []))
     assert any(b0 < a1 for (a0, a1), (b0, b1) in zip(spans, spans[1:]))  # two candidates at once
+
+
+def test_the_report_states_the_slots_gate_and_each_searchs_wall_time(tmp_path):
+    from types import SimpleNamespace
+
+    from kitctl.benchmarks.maxbatch.report import measured_rules
+
+    cfg = config("protocol")
+    doc = slot_runner(tmp_path, cfg, [Slotted(PASSES["monotone"], delay=0.02) for _ in range(2)]).run()
+    doc["slots"] = fit(2, 16376, 512, 143771.0, "GPU total (NVML)", cores=16).to_json()  # as the command records it
+    src = SimpleNamespace(doc={**doc, "runtime": {"name": "local"}}, budget_mib=16120,
+                          config=SimpleNamespace(memory_limit_mib=None, own=SimpleNamespace(
+                              strategy="protocol", start_batch=8, max_batch=400)))
+    rows = dict(measured_rules(src, "a fresh subprocess"))
+    assert "its own per-process memory + the cell's calibrated offset ≤ B" in rows["Capacity rule"]
+    wall = doc["results"][0]["slots_wall_s"]
+    assert rows["Slots"] == ("up to 2 candidates of a search at once on the device (--slots 2); the answer is the "
+                             f"one-slot search's; search wall time, first candidate to answer: pytorch-eager fp32 "
+                             f"{wall:,.0f} s")
+    del doc["slots"]  # one slot: the rules of a run before --slots
+    rows = dict(measured_rules(SimpleNamespace(**{**vars(src), "doc": doc}), "a fresh subprocess"))
+    assert "Slots" not in rows and "device delta ≤ B" in rows["Capacity rule"]
