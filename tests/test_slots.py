@@ -507,3 +507,30 @@ def test_the_report_states_the_slots_gate_and_each_searchs_wall_time(tmp_path):
     del doc["slots"]  # one slot: the rules of a run before --slots
     rows = dict(measured_rules(SimpleNamespace(**{**vars(src), "doc": doc}), "a fresh subprocess"))
     assert "Slots" not in rows and "device delta ≤ B" in rows["Capacity rule"]
+
+
+def test_docker_two_slots_each_candidate_a_fresh_container_none_left(client, image, tmp_path):
+    """The Docker runtime's slot copies: two candidates in two containers at once, each removed."""
+    p = kitctl("run", "maxbatch", "--device", "cpu", "--runtime", "docker", "--engines", "pytorch-eager",
+               "--precision", "fp32", "--memory-limit", "1500", "--start-batch", "2", "--max-batch", "4",
+               "--slots", "2", "--timeout", "300", "--results-dir", str(tmp_path / "r"),
+               env={"KITCTL_IMAGE_VARIANT": "cpu-ci"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = only_final(tmp_path / "r")
+    [c] = doc["results"]
+    assert (c["search_status"], c["max_batch"], c["next_batch"]) == ("censored_at_max_batch", 4, None)
+    ran = c["trials"] + c.get("cancelled", [])
+    assert len({t["container_id"] for t in ran}) == len(ran)  # every candidate a fresh container
+    assert {t["slot"]["index"] for t in ran} == {0, 1}
+    spans = sorted((t["slot"]["started_unix_s"], t["slot"]["ended_unix_s"]) for t in ran)
+    assert any(b0 < a1 for (a0, a1), (b0, b1) in zip(spans, spans[1:]))  # at the same time
+    assert not client.containers.list(all=True, filters={"label": f"kit.run-id={doc['run_id']}"})
+
+
+def test_the_end_table_shows_a_slot_candidates_own_memory():
+    from kitctl.benchmarks.maxbatch.table import _peak
+
+    slot = MemoryPeaks(process_mib=880.5, framework_mib=700.0, host_rss_mib=950.0, samples=10)
+    assert _peak(vars(slot)) == (880.5, "per-process (NVML)")
+    one = MemoryPeaks(device_delta_mib=900.0, process_mib=880.5, baseline_mib=300.0, samples=10)
+    assert _peak(vars(one)) == (900.0, "device delta (NVML)")
