@@ -201,6 +201,21 @@ def test_gpu_slots_that_do_not_fit_the_card_are_refused(tmp_path):
     assert not (tmp_path / "r").exists() or not list((tmp_path / "r").iterdir())
 
 
+def test_gpu_slots_refuse_a_card_that_is_not_idle(tmp_path):
+    """Slots are sized to the whole card: 2,000 MiB held by someone else (the stand-in's idle value,
+    over --idle-threshold 1,024) refuses them, naming who holds it."""
+    env = {"PYTHONPATH": os.pathsep.join([str(STAND_IN), os.environ.get("PYTHONPATH", "")]),
+           "KITCTL_TEST_NVML_IDLE_MIB": "2000"}
+    p = kitctl("run", "maxbatch", "--device", "cuda", "--runtime", "local", "--engines", "pytorch-eager",
+               "--precision", "fp32", "--vram-limit", "4000", "--slots", "2", "--start-batch", "2",
+               "--max-batch", "4", "--results-dir", str(tmp_path / "r"), env=env, timeout=300)
+    assert p.returncode == 2, p.stderr[-2000:]
+    line = last_error(p)
+    assert line.startswith("kitctl: --slots 2: GPU is not idle: 2000 MiB in use (threshold 1024 MiB)"), line
+    assert line.endswith("slots share the whole card with nothing else (free it, or run with --slots 1)"), line
+    assert not (tmp_path / "r").exists() or not list((tmp_path / "r").iterdir())
+
+
 # -- k slots on the committed searches --------------------------------------------------------------
 
 def test_k_slots_end_at_the_protocols_pair_on_the_committed_searches():

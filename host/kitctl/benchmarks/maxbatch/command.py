@@ -96,7 +96,7 @@ def maxbatch(
     slot_plan = None
     if cfg.slots != "1":
         try:
-            lanes, slot_plan = slot_lanes(cfg, s, plan)
+            lanes, slot_plan = slot_lanes(cfg, s, plan, idle_threshold)
         except (Fail, RuntimeUnavailable) as exc:
             s.rt.close()
             s.store.release()
@@ -132,11 +132,15 @@ def maxbatch(
     raise typer.Exit(EXIT_OK if all_have_capacity(doc) else EXIT_INCOMPLETE)
 
 
-def slot_lanes(cfg: MaxbatchConfig, s: launch.Setup, plan: RunPlan) -> tuple[list[Lane] | None, SlotPlan | None]:
+def slot_lanes(cfg: MaxbatchConfig, s: launch.Setup, plan: RunPlan,
+               idle_threshold: float) -> tuple[list[Lane] | None, SlotPlan | None]:
     """--slots: how many fit the device (recorded as the artifact's "slots"), and one lane per slot,
     each with its own runtime (its own running candidate) on the run's one device. On a GPU one NVML
-    loop (SlotSampler) gates every slot's candidate by its own per-process memory. (None, None) when
-    one slot is all that fits (auto) or was asked for."""
+    loop (SlotSampler) gates every slot's candidate by its own per-process memory, and the card must
+    be idle: the slots are sized to its whole memory, so another process (another run's slot) on it
+    could make a candidate fail for memory it never used. (None, None) when one slot is all that fits
+    (auto) or was asked for."""
+    from ...core.gpu import check_idle
     from ...core.device import available_ram_mib
     from ...core.slots import (CPU_PROCESS_ALLOWANCE_MIB, GPU_CONTEXT_ALLOWANCE_MIB, SlotSampler, SlotsError, fit,
                                parse_slots)
@@ -155,9 +159,15 @@ def slot_lanes(cfg: MaxbatchConfig, s: launch.Setup, plan: RunPlan) -> tuple[lis
                     "available RAM (MemAvailable)")
     except SlotsError as exc:
         raise Fail(str(exc)) from None
-    s.doc["slots"] = f.to_json()
     if f.slots == 1:
+        s.doc["slots"] = f.to_json()
         return None, None
+    if s.gpuctx is not None:
+        busy = check_idle(s.gpuctx.nvml, s.gpuctx.handle, idle_threshold)
+        if busy:
+            raise Fail(f"--slots {f.slots}: {busy}; slots share the whole card with nothing else "
+                       "(free it, or run with --slots 1)")
+    s.doc["slots"] = f.to_json()
     sampler = SlotSampler(s.gpuctx.nvml, s.gpuctx.handle) if s.gpuctx is not None else None
     runtimes = [s.rt]
     try:
