@@ -449,6 +449,12 @@ def test_sigint_with_two_slots_running_leaves_no_process_and_a_resumable_partial
     assert assert_nothing_or_a_resumable_partial(results) == "partial"
     [partial] = results.glob("*.partial.json")
     assert load(partial)["configuration"]["slots"] == "2"
+    # Resumed: with the partial's two slots, to the one answer the range has.
+    r = kitctl("run", "maxbatch", "--resume", str(partial), env={"KITCTL_RUN_STATE_DIR": str(tmp_path / "state")})
+    assert r.returncode == 0, r.stderr[-3000:]
+    [c] = only_final(results)["results"]
+    assert (c["search_status"], c["max_batch"], c["next_batch"]) == ("censored_at_max_batch", 16, None)
+    assert {t["slot"]["index"] for t in c["trials"]} <= {0, 1}
 
 
 # -- the per-slot gate in a real run: the named stand-in NVML, real PyTorch trials on the CPU --------
