@@ -33,7 +33,10 @@ from .watch import CandidateHandle
 
 GPU_CONTEXT_ALLOWANCE_MIB = 512
 CPU_PROCESS_ALLOWANCE_MIB = 256
-PID_REFRESH_S = 0.1  # re-list a candidate's PIDs (forks, compile workers)
+# Re-list a candidate's PIDs (forks, compile workers) this often, in a thread of the slot's own: on
+# Docker that is an API call (`docker top`) of tens of ms, which must not slow the one NVML loop
+# that gates every slot.
+PID_REFRESH_S = 0.1
 MIN_INTERVAL_S = 0.002  # the process list costs ~ms on a big host: ~500 reads/s at most
 RELEASE_WAIT_S = 10.0  # after a gate kill: how long to wait for NVML to stop listing its processes
 # Per-process usage may read above the device delta by NVML's rounding and timing; more than this
@@ -117,13 +120,23 @@ class _Slot:
     def __init__(self, handle: CandidateHandle, threshold_mib: float | None) -> None:
         self.handle = handle
         self.threshold_mib = threshold_mib
-        self.pids: set[int] = set()
-        self.next_pids = 0.0
+        self.pids: set[int] = set()  # replaced whole by the refresher (the loop reads a consistent set)
+        self.done = threading.Event()
         self.peak: float | None = None
         self.samples = 0
         self.tripped = False
         self.tripped_at_mib: float | None = None
         self.t_tripped: float | None = None
+
+    def refresh_pids(self) -> None:
+        try:
+            self.pids = set(self.handle.pids())
+        except Exception:  # gone meanwhile: keep the last list
+            pass
+
+    def refresher(self) -> None:
+        while not self.done.wait(PID_REFRESH_S):
+            self.refresh_pids()
 
 
 class SlotSampler:
@@ -154,18 +167,11 @@ class SlotSampler:
         with self._lock:
             self._slots.pop(id(slot), None)
 
-    def observe(self, usage: dict[int, float], now: float | None = None) -> None:
-        """One reading of the process list (pid → MiB) for every slot: peaks and the gate (tested alone)."""
-        now = time.monotonic() if now is None else now
+    def observe(self, usage: dict[int, float]) -> None:
+        """One reading of the process list (pid → MiB) for every slot: peaks and the gate."""
         with self._lock:
             slots = list(self._slots.values())
         for s in slots:
-            if now >= s.next_pids:
-                try:
-                    s.pids = s.handle.pids()
-                except Exception:  # gone meanwhile: keep the last list
-                    pass
-                s.next_pids = now + PID_REFRESH_S
             s.samples += 1
             mine = [usage[p] for p in s.pids if p in usage]
             if not mine:
@@ -188,7 +194,7 @@ class SlotSampler:
                     return
             t = time.monotonic()
             try:
-                self.observe(self.usage(), t)
+                self.observe(self.usage())
                 self.reads += 1
             except Exception:  # a transient NVML error: read again
                 pass
@@ -208,6 +214,7 @@ class SlotWatcher:
         self.budget_mib = threshold_mib
         self.release_wait_s = release_wait_s
         self._slot: _Slot | None = None
+        self._pids: threading.Thread | None = None
         self._t0 = 0.0
 
     def prepare(self) -> None:
@@ -215,7 +222,10 @@ class SlotWatcher:
 
     def start(self, handle: CandidateHandle) -> None:
         self._slot = _Slot(handle, self.threshold_mib)
+        self._slot.refresh_pids()
         self._t0 = time.monotonic()
+        self._pids = threading.Thread(target=self._slot.refresher, name="kit-slot-pids", daemon=True)
+        self._pids.start()
         self.sampler._add(self._slot)
 
     def stop(self) -> MemoryPeaks:
@@ -223,6 +233,9 @@ class SlotWatcher:
         if s is None:
             return MemoryPeaks()
         self.sampler._remove(s)
+        s.done.set()
+        if self._pids is not None:
+            self._pids.join(timeout=5)
         dur = max(time.monotonic() - self._t0, 1e-9)
         return MemoryPeaks(process_mib=None if s.peak is None else round(s.peak, 1), samples=s.samples,
                            sample_rate_hz=round(s.samples / dur, 1),
