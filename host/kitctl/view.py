@@ -22,6 +22,8 @@ def _peak_text(o: TrialOutcome) -> str:
     p = o.peaks
     if p.device_delta_mib is not None:
         return f"{p.device_delta_mib:,.0f}"
+    if p.process_mib is not None:  # --slots on a GPU: the candidate's own per-process memory
+        return f"{p.process_mib:,.0f} (proc)"
     if p.framework_mib is not None:
         return f"{p.framework_mib:,.0f} (fw)"
     if getattr(p, "host_rss_mib", None) is not None:  # --device cpu: the trial's host memory

@@ -52,6 +52,11 @@ class Runtime(abc.ABC):
         speculation the search no longer needs); its `run` returns it as killed by kit_interrupt.
         A runtime with nothing to kill does nothing."""
 
+    def slot_copy(self) -> "Runtime":
+        """Another runtime like this one for a second slot on the same device (`--slots`): same
+        configuration, its own running candidate (so `interrupt` kills only that slot's)."""
+        raise RuntimeUnavailable(f"--slots: the {self.name or 'this'} runtime runs one candidate at a time")
+
     def close(self) -> None:
         pass
 

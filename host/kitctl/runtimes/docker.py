@@ -737,6 +737,15 @@ class DockerRuntime(Runtime):
             except Exception:
                 pass
 
+    def slot_copy(self) -> "DockerRuntime":
+        """A second slot: the same images, GPU request and limits, its own client (one HTTP session
+        per thread) and its own running container."""
+        rt = DockerRuntime(self._image, run_id=self.run_id, device=self.device, gpu_uuid=self.gpu_uuid,
+                           memory_limit_mib=self.memory_limit_mib, data_dir=self.data_dir,
+                           env=self.extra_env, shm_size=self.shm_size,
+                           gpu_request=self._gpu_request.kind if self._gpu_request else "auto")
+        return rt
+
     def cleanup(self) -> list[str]:
         """Remove every container of this run (after an interrupt)."""
         return remove_run_containers(self.client, self.run_id)

@@ -218,6 +218,14 @@ class LocalRuntime(Runtime):
         return classify(request, raw, peaks, over_budget=bool(watcher and watcher.over_budget),
                         runtime=self.name)
 
+    def slot_copy(self) -> "LocalRuntime":
+        """A second slot: its own running candidate, the same run-state file (one per controller
+        process: the copies must not overwrite each other's records)."""
+        rt = LocalRuntime(gpu_uuid=self.gpu_uuid, python=self.python, memory_limit_mib=self.memory_limit_mib,
+                          env=self.extra_env, run_id=self.state.run_id)
+        rt.state = self.state
+        return rt
+
     def interrupt(self) -> None:
         if self.current is not None:
             self.current.kill(KilledBy.KIT_INTERRUPT)

@@ -19,7 +19,7 @@ from ...runconfig import (O_ALLOW_CODE_CHANGE, O_CSV, O_CUDNN, O_DATA_DIR, O_DAT
                           O_RESULTS_DIR, O_RESUME, O_RUNTIME, O_TIMEOUT, O_VRAM_LIMIT, Dataset, Device,
                           GpuRequestName, Precision, RuntimeName, choose_device)
 from .config import DEFAULT_MAX_BATCH, MaxbatchConfig
-from .run import Lane, Runner, RunPlan
+from .run import Lane, Runner, RunPlan, SlotPlan
 from .table import all_have_capacity, print_table
 
 
@@ -62,6 +62,10 @@ def maxbatch(
                                    help="With --gpus: a GPU left without a cell of its own runs "
                                    "further candidates of a running cell (the ones its search would ask for "
                                    "next under each outcome); the answer is the one-GPU search's either way."),
+    slots: str = typer.Option("1", help="N or auto: up to N candidates of a search at the same time on one device, "
+                              "each gated by its own memory (GPU: per-process NVML usage; CPU: its memory cap), "
+                              "when N × (limit + allowance) fits the device (auto: as many as fit, at most one "
+                              "per core); the answer is the one-slot search's."),
 ) -> None:
     """Largest training batch that completes one ResNet-50 step, per engine and precision."""
     launch.check_output_flags(csv)
@@ -76,7 +80,7 @@ def maxbatch(
                                         start_batch, top, timeout, runtime.value, dataset.value,
                                         data_dir, cudnn_benchmark, choice.memory_limit_mib, calibration_batch,
                                         strategy, gpu, gpu_request.value, gpus, cluster,
-                                        gpu_model, speculate, image_size=image_size)
+                                        gpu_model, speculate, image_size=image_size, slots=slots)
         return cfg.with_run(replace(cfg.run, device_choice=choice))
 
     s = launch.start("maxbatch", launch.given_flags(ctx), resume, timeout, gpu, results_dir, python,
@@ -89,6 +93,15 @@ def maxbatch(
                    strategy=cfg.strategy, timeout_s=cfg.run.timeout_s, budget=s.gpuctx.budget if s.gpuctx else None,
                    calibration_batch=cfg.calibration_batch, watcher_factory=launch.watcher_factory(s.gpuctx))
     lanes = None
+    slot_plan = None
+    if cfg.slots != "1":
+        try:
+            lanes, slot_plan = slot_lanes(cfg, s, plan, idle_threshold)
+        except (Fail, RuntimeUnavailable) as exc:
+            s.rt.close()
+            s.store.release()
+            err.print(f"kitctl: {exc}")
+            raise typer.Exit(EXIT_USAGE)
     if s.gpus:
         lanes = [Lane(rt, ctx.budget, launch.watcher_factory(ctx), {"index": ctx.info.index, "uuid": ctx.info.uuid})
                  for ctx, rt in s.gpus]
@@ -105,7 +118,8 @@ def maxbatch(
             raise typer.Exit(EXIT_USAGE)
         plan = replace(plan, budget=lanes[0].budget, watcher_factory=lanes[0].watcher_factory)
     runner = Runner(plan, s.rt, s.store, s.doc, launch.make_view(None, s), lanes=lanes,
-                    speculate=cfg.speculate and not cfg.cluster)  # Ray lanes: one cell per node, as before
+                    speculate=cfg.speculate and not cfg.cluster,  # Ray lanes: one cell per node, as before
+                    slot_plan=slot_plan)
     try:
         doc, final = launch.execute(runner, s.store)
     finally:
@@ -116,3 +130,52 @@ def maxbatch(
     print_table(console, cfg.run.model, cfg.run.dataset, doc, final)
     launch.finish_output(console, doc)
     raise typer.Exit(EXIT_OK if all_have_capacity(doc) else EXIT_INCOMPLETE)
+
+
+def slot_lanes(cfg: MaxbatchConfig, s: launch.Setup, plan: RunPlan,
+               idle_threshold: float) -> tuple[list[Lane] | None, SlotPlan | None]:
+    """--slots: how many fit the device (recorded as the artifact's "slots"), and one lane per slot,
+    each with its own runtime (its own running candidate) on the run's one device. On a GPU one NVML
+    loop (SlotSampler) gates every slot's candidate by its own per-process memory, and the card must
+    be idle: the slots are sized to its whole memory, so another process (another run's slot) on it
+    could make a candidate fail for memory it never used. (None, None) when one slot is all that fits
+    (auto) or was asked for."""
+    from ...core.gpu import check_idle
+    from ...core.device import available_ram_mib
+    from ...core.slots import (CPU_PROCESS_ALLOWANCE_MIB, GPU_CONTEXT_ALLOWANCE_MIB, SlotSampler, SlotsError, fit,
+                               parse_slots)
+
+    requested = parse_slots(cfg.slots)
+    try:
+        if s.gpuctx is not None:
+            f = fit(requested, s.gpuctx.budget.limit_mib, GPU_CONTEXT_ALLOWANCE_MIB, s.gpuctx.info.total_mib,
+                    "GPU total (NVML)")
+        else:
+            avail = available_ram_mib()
+            if avail is None or cfg.run.memory_limit_mib is None:
+                raise Fail("--slots on the CPU needs the available RAM (/proc/meminfo) and a per-candidate "
+                           "--memory-limit")
+            f = fit(requested, cfg.run.memory_limit_mib, CPU_PROCESS_ALLOWANCE_MIB, avail,
+                    "available RAM (MemAvailable)")
+    except SlotsError as exc:
+        raise Fail(str(exc)) from None
+    if f.slots == 1:
+        s.doc["slots"] = f.to_json()
+        return None, None
+    if s.gpuctx is not None:
+        busy = check_idle(s.gpuctx.nvml, s.gpuctx.handle, idle_threshold)
+        if busy:
+            raise Fail(f"--slots {f.slots}: {busy}; slots share the whole card with nothing else "
+                       "(free it, or run with --slots 1)")
+    s.doc["slots"] = f.to_json()
+    sampler = SlotSampler(s.gpuctx.nvml, s.gpuctx.handle) if s.gpuctx is not None else None
+    runtimes = [s.rt]
+    try:
+        for _ in range(f.slots - 1):
+            runtimes.append(s.rt.slot_copy())
+    except BaseException:
+        for rt in runtimes[1:]:
+            rt.close()
+        raise
+    lanes = [Lane(rt, plan.budget, plan.watcher_factory, None, slot=i) for i, rt in enumerate(runtimes)]
+    return lanes, SlotPlan(f.slots, sampler.watcher if sampler is not None else None)

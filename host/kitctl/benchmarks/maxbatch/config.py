@@ -26,6 +26,21 @@ class MaxbatchRecorded:
     steps: Any = "?"  # what one candidate runs, as text ("one warm-up step, one measured step")
 
 
+def check_slots(slots: str, gpus: str | None, cluster: str | None, speculate: bool) -> str:
+    """--slots as the configuration records it ("1", "N" or "auto"); Fail on what no run takes."""
+    from ...core.slots import SlotsError, parse_slots
+
+    try:
+        n = parse_slots(slots)
+    except SlotsError as exc:
+        raise Fail(str(exc)) from None
+    if n != 1 and (gpus is not None or cluster is not None):
+        raise Fail("--slots runs several candidates on one device: it does not combine with --gpus or --cluster")
+    if n != 1 and not speculate:
+        raise Fail("--slots fills its slots with the candidates the search would ask for next: it needs --speculate")
+    return "auto" if n is None else str(n)
+
+
 @dataclass(frozen=True)
 class MaxbatchConfig:
     run: RunConfig
@@ -39,13 +54,17 @@ class MaxbatchConfig:
     # --speculate: lanes left without a cell of their own run further candidates of a running
     # cell (core/speculate.py); the answer is the sequential search's either way.
     speculate: bool = True
+    # --slots: up to N candidates of one search at once on one device ("1": one at a time, "auto":
+    # as many as fit; core/slots.py). Written into the configuration only when not "1", so a run
+    # with one slot records exactly what a run before --slots did.
+    slots: str = "1"
 
     OWN_KEYS: ClassVar[dict[str, tuple[type, ...]]] = {"start_batch": INT, "max_batch": INT,
                                                         "calibration_batch": INT, "strategy": STR,
                                                         "gpus": STR + (type(None),),
                                                         "cluster": STR + (type(None),),
                                                         "gpu_model": STR + (type(None),),
-                                                        "speculate": BOOL}
+                                                        "speculate": BOOL, "slots": STR}
     # The recorded settings a resume must find exactly as a run with them would write them.
     SETTINGS: ClassVar[tuple[str, ...]] = (*COMMON_KEYS, *OWN_KEYS, "seed", "ci_level", "image_size")
 
@@ -56,7 +75,7 @@ class MaxbatchConfig:
                    calibration_batch: int, strategy: str, gpu: str | None,
                    gpu_request: str | None = None, gpus: str | None = None, cluster: str | None = None,
                    gpu_model: str | None = None, speculate: bool = True,
-                   image_size: int = DEFAULT_IMAGE_SIZE) -> MaxbatchConfig:
+                   image_size: int = DEFAULT_IMAGE_SIZE, slots: str = "1") -> MaxbatchConfig:
         names = engine_names(engines)
         if cluster is not None:
             from ...cluster import check_form
@@ -76,6 +95,7 @@ class MaxbatchConfig:
             if gpu is not None and gpu != first:
                 raise Fail("--gpu and --gpus: give one (the run starts on the first GPU --gpus lists)")
             gpus, gpu = ",".join(tokens), first
+        slots = check_slots(slots, gpus, cluster, speculate)
         check_min_batch("--start-batch", start_batch)
         if max_batch <= 0:
             raise Fail(f"--max-batch must be > 0 (got {max_batch})")
@@ -89,25 +109,28 @@ class MaxbatchConfig:
                      ("--calibration-batch", calibration_batch))
         run = RunConfig.from_flags(names, precision, device, gpu, vram_limit, reserve, timeout, runtime, dataset,
                                    data_dir, cudnn_benchmark, memory_limit, gpu_request, image_size=image_size)
-        return cls(run, start_batch, max_batch, calibration_batch, strategy, gpus, cluster, gpu_model, speculate)
+        return cls(run, start_batch, max_batch, calibration_batch, strategy, gpus, cluster, gpu_model, speculate,
+                   slots)
 
     @classmethod
     def from_json(cls, recorded: dict[str, Any]) -> MaxbatchConfig:
         """The configuration a run with a partial's settings would have; Fail where no run could."""
         # Partials from before --gpus/--cluster ran on one GPU.
         # Partials from before --speculate: the default (their trials are all on the path).
-        recorded = {"gpus": None, "cluster": None, "gpu_model": None, "speculate": True, **recorded}
+        # Partials from before --slots (and runs with one slot, which do not write the key): one slot.
+        recorded = {"gpus": None, "cluster": None, "gpu_model": None, "speculate": True, "slots": "1", **recorded}
         flags = RunConfig.flags_of_json(recorded, cls.OWN_KEYS)
         return cls.from_flags(start_batch=recorded["start_batch"], max_batch=recorded["max_batch"],
                               calibration_batch=recorded["calibration_batch"], strategy=recorded["strategy"],
                               gpus=recorded["gpus"], cluster=recorded["cluster"], gpu_model=recorded["gpu_model"],
-                              speculate=recorded["speculate"],
+                              speculate=recorded["speculate"], slots=recorded["slots"],
                               **flags)
 
     def to_json(self) -> dict[str, Any]:
         return {**self.run.json_head(), "start_batch": self.start_batch, "max_batch": self.max_batch,
                 "calibration_batch": self.calibration_batch, "strategy": self.strategy, "gpus": self.gpus,
                 "cluster": self.cluster, "gpu_model": self.gpu_model, "speculate": self.speculate,
+                **({"slots": self.slots} if self.slots != "1" else {}),
                 "steps": "one warm-up step, one measured step", **self.run.json_tail()}
 
     def with_run(self, run: RunConfig) -> MaxbatchConfig:
@@ -119,6 +142,6 @@ class MaxbatchConfig:
 
     def cell_problem(self, cell: dict[str, Any]) -> str | None:
         """Why a partial's recorded cell is not one this search could have left, or None."""
-        from .run import cell_search, replay_problem
+        from .run import cell_search, replay_problem, slot_offset
 
-        return replay_problem(cell["trials"], cell_search(self.search, cell), self.strategy)
+        return replay_problem(cell["trials"], cell_search(self.search, cell), self.strategy, slot_offset(cell))

@@ -86,6 +86,10 @@ def measured_rules(src: Source, fresh: str) -> list[list[str]]:
     d, cfg, own = src.doc, src.config, src.config.own
     gate = ("device delta ≤ B" if src.budget_mib is not None else
             "no host OOM kill under --memory-limit" if cfg.memory_limit_mib else "no memory failure")
+    slots = (d.get("slots") or {}).get("slots")
+    if slots and slots > 1 and src.budget_mib is not None:
+        # --slots on a GPU: each candidate held against B by its own per-process memory (+ the cell's offset).
+        gate = "its own per-process memory + the cell's calibrated offset ≤ B"
     rows = [["Capacity rule", f"a candidate passes ⇔ exit 0, status `ok`, finite losses, {gate}; "
              f"each candidate is {fresh} ({d['runtime']['name']} runtime)"]]
     strategy = own.strategy
@@ -96,6 +100,12 @@ def measured_rules(src: Source, fresh: str) -> list[list[str]]:
     else:
         rule = f"`{strategy}` (start {fmt_int(own.start_batch)}, --max-batch {fmt_int(own.max_batch)})"
     rows.append(["Search rule", rule])
+    if slots and slots > 1:
+        walls = ", ".join(f"{c['engine']} {c['precision']} {c['slots_wall_s']:,.0f} s" for c in d["results"]
+                          if isinstance(c.get("slots_wall_s"), (int, float)))
+        rows.append(["Slots", f"up to {slots} candidates of a search at once on the device (--slots "
+                     f"{d['slots'].get('requested')}); the answer is the one-slot search's"
+                     + (f"; search wall time, first candidate to answer: {walls}" if walls else "")])
     return rows
 
 

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 from ...core.artifact import utc_iso
 from ...core.budget import Budget, BudgetError, framework_budget, overhead_from
 from ...core.engines import Engine
-from ...core.outcome import KilledBy, SearchStatus, TrialOutcome
+from ...core.outcome import KilledBy, SearchStatus, Status, TrialOutcome
 from ...core.protocol import TrialRequest
 from ...core.watch import Watcher
 from ...core.search import STRATEGIES, SearchConfig, candidates_left
+from ...core.slots import gate_offset
 from ...core.speculate import candidates, replay, useless
 from ...core.signals import Interrupted  # noqa: F401  (re-exported: SIGINT/SIGTERM/SIGHUP during a run)
 from ...runner import UnitRunner, find_cell
@@ -41,14 +43,15 @@ class RunPlan:
     watcher_factory: Callable[[float | None], Watcher] | None = None  # budget → watcher
 
 
-def replay_problem(trials: Sequence[dict[str, Any]], search: SearchConfig, strategy: str) -> str | None:
+def replay_problem(trials: Sequence[dict[str, Any]], search: SearchConfig, strategy: str,
+                   offset: float | None = None) -> str | None:
     """Why these recorded candidates are not ones the search could have left, or None.
 
     Replays the strategy over them (core/speculate.py: it is handed a recorded candidate of each
     batch it asks for): the candidates it uses must be the ones recorded as on its path
     (`on_path`, true when absent: runs before speculation ran every candidate on the path), and
     the others are speculative candidates, measured but outside the answer."""
-    entries = [trial_entry(t) for t in trials]
+    entries = [trial_entry(t, offset) for t in trials]
     r = replay(STRATEGIES[strategy], entries, search)
     for i, (t, used) in enumerate(zip(trials, r.on_path(len(entries))), 1):
         marked = t.get("on_path", True)
@@ -80,10 +83,28 @@ def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def trial_entry(t: dict[str, Any]) -> tuple:
-    """A recorded candidate as the search sees it: (batch, status, device-delta peak, compiled peak)."""
+def trial_entry(t: dict[str, Any], offset: float | None = None) -> tuple:
+    """A recorded candidate as the search sees it: (batch, status, device-delta peak, compiled peak).
+    A candidate of a --slots cell on a GPU has no device delta of its own (the device held the other
+    slots' too): with the cell's gate `offset`, its per-process peak + offset stands in, the very sum
+    the per-slot gate held against B, so `guided` aims with it as with a device delta."""
     out = TrialOutcome.from_json(t)
-    return (out.batch, out.status, out.peaks.device_delta_mib, compiled_peak(t))
+    peak = out.peaks.device_delta_mib
+    if peak is None and offset is not None and out.peaks.process_mib is not None:
+        peak = round(out.peaks.process_mib + offset, 1)
+    return (out.batch, out.status, peak, compiled_peak(t))
+
+
+def slot_offset(cell: dict[str, Any]) -> float | None:
+    """The per-slot gate's offset a --slots cell recorded (MiB), or None."""
+    off = (cell.get("slot_gate") or {}).get("offset_mib")
+    return float(off) if _number(off) else None
+
+
+def cell_entries(cell: dict[str, Any]) -> list[tuple]:
+    """The cell's recorded candidates as its search sees them."""
+    off = slot_offset(cell)
+    return [trial_entry(t, off) for t in cell["trials"]]
 
 
 def cell_search(search: SearchConfig, cell: dict[str, Any]) -> SearchConfig:
@@ -122,6 +143,17 @@ class Lane:
     budget: Budget | None
     watcher_factory: Callable[[float | None], Watcher] | None
     gpu: dict[str, Any] | None = None  # {"index", "uuid"}: recorded on each candidate
+    slot: int | None = None  # --slots: this lane's slot on the run's one device (recorded per candidate)
+
+
+@dataclass(frozen=True)
+class SlotPlan:
+    """--slots on one device: how many lanes share it, and on a GPU the per-slot gate (a watcher of the
+    candidate's own per-process memory against a threshold in MiB: core/slots.py). None on the CPU,
+    where each candidate runs under its own memory cap already."""
+
+    count: int
+    slot_watcher: Callable[[float], Watcher] | None = None
 
 
 class _Stopped(Exception):
@@ -149,6 +181,10 @@ class _Search:
     fw_budget: int | None
     search: SearchConfig
     runs: list[_Run] = field(default_factory=list)  # its candidates running now
+    # --slots on a GPU: the per-process threshold each candidate is gated at (B − the cell's offset),
+    # None where the cell runs one candidate at a time (device-delta gate). Always None on the CPU.
+    slot_threshold: float | None = None
+    shares_slots: bool = True  # other slots may run candidates of it
 
     @property
     def running(self) -> list[int]:
@@ -171,6 +207,9 @@ class Runner(UnitRunner):
     speculate: bool = True
     _active: list[_Search] = field(default_factory=list)
     _cond: Any = None  # a Condition on _lock: a candidate ended, a cell started or ended
+    # --slots: the lanes share one device; cells then run one at a time (each calibrates alone, its
+    # search's candidates fill the slots), never two cells side by side.
+    slot_plan: SlotPlan | None = None
 
     def units_left(self) -> tuple[int, bool] | None:
         """At most how many candidates are left (the running ones included): per cell its calibration
@@ -185,7 +224,7 @@ class Runner(UnitRunner):
                         left += cal + candidates_left([], self.plan.search)
                     elif cell.get("state") != "done":
                         left += (cal if cell.get("calibration") is None else 0) + candidates_left(
-                            [trial_entry(t) for t in cell["trials"]], cell_search(self.plan.search, cell))
+                            cell_entries(cell), cell_search(self.plan.search, cell))
         return left, True
 
     def _condition(self) -> threading.Condition:
@@ -236,9 +275,12 @@ class Runner(UnitRunner):
             while not self._stop.is_set():
                 job = None
                 with cond:
-                    if todo:
+                    if todo and (self.slot_plan is None or not started[0]):
                         engine, precision = todo.pop(0)
                         started[0] += 1
+                    elif todo and not self._active:  # a cell of the slots calibrates alone: wait
+                        cond.wait(0.2)
+                        continue
                     else:
                         job = self._joinable(lane)
                         if job is None:
@@ -286,23 +328,26 @@ class Runner(UnitRunner):
         if errors:
             raise errors[0]
 
-    def _watcher(self, lane: Lane | None = None) -> Watcher | None:
+    def _watcher(self, lane: Lane | None = None, job: _Search | None = None) -> Watcher | None:
         lane = lane or self._lanes()[0]
+        if job is not None and job.slot_threshold is not None and self.slot_plan is not None \
+                and self.slot_plan.slot_watcher is not None:
+            return self.slot_plan.slot_watcher(job.slot_threshold)
         if lane.watcher_factory is None or lane.budget is None:
             return None
         return lane.watcher_factory(lane.budget.budget_mib)
 
-    def _candidate(self, lane: Lane, req: TrialRequest) -> TrialOutcome:
+    def _candidate(self, lane: Lane, req: TrialRequest, job: _Search | None = None) -> TrialOutcome:
         """Run one candidate on the lane; a stopped run records nothing of it."""
         if self._stop.is_set():
             raise _Stopped()
-        out = lane.runtime.run(req, timeout_s=self.plan.timeout_s, watcher=self._watcher(lane))
+        out = lane.runtime.run(req, timeout_s=self.plan.timeout_s, watcher=self._watcher(lane, job))
         if self._stop.is_set():
             raise _Stopped()
         return out
 
     @staticmethod
-    def _trial_json(lane: Lane, out: TrialOutcome) -> dict[str, Any]:
+    def _trial_json(lane: Lane, out: TrialOutcome, slot: dict[str, Any] | None = None) -> dict[str, Any]:
         rec = out.to_json()
         # A cluster lane's runtime knows the node (host, node id, GPU) of its last candidate;
         # a lane of this host is one GPU.
@@ -311,6 +356,8 @@ class Runner(UnitRunner):
             rec["node"] = dict(where)
         if lane.gpu is not None:
             rec["gpu"] = dict(lane.gpu)
+        if slot is not None:
+            rec["slot"] = dict(slot)
         return rec
 
     def _calibrate(self, engine: Engine, precision: str, cell: dict[str, Any], lane: Lane) -> int | None:
@@ -366,6 +413,8 @@ class Runner(UnitRunner):
             with self._lock:
                 cell["search_target_mib"] = lane.budget.budget_mib
         job = _Search(engine, precision, cell, lane, fw_budget, cell_search(self.plan.search, cell))
+        if self.slot_plan is not None and self.slot_plan.slot_watcher is not None and lane.budget is not None:
+            self._slot_gate(job, lane.budget.budget_mib)
         cond = self._condition()
         with cond:
             self._active.append(job)
@@ -377,13 +426,34 @@ class Runner(UnitRunner):
                 self._active.remove(job)
                 cond.notify_all()
 
+    def _slot_gate(self, job: _Search, budget_mib: float) -> None:
+        """The cell's per-slot gate from its calibration candidate, which ran alone on the device:
+        offset = its device-delta peak − its per-process peak; each candidate is then killed when its
+        own per-process memory goes over B − offset. Without a usable offset the cell runs one
+        candidate at a time under the device-delta gate (recorded, and said once)."""
+        cal = job.cell.get("calibration") or {}
+        peaks = cal.get("peaks") or {}
+        off, why = gate_offset(peaks.get("device_delta_mib"), peaks.get("process_mib"))
+        with self._lock:
+            if off is None:
+                job.shares_slots = False
+                job.cell["slot_gate"] = {"offset_mib": None, "threshold_mib": None,
+                                         "note": f"one candidate at a time: {why}"}
+            else:
+                job.slot_threshold = round(budget_mib - off, 1)
+                job.cell["slot_gate"] = {"offset_mib": off, "threshold_mib": job.slot_threshold,
+                                         "note": "per-process NVML memory of each candidate against B − offset"}
+        if off is None:
+            self.view.note(f"{job.engine.name} {job.precision}: --slots: {why}; this cell runs one candidate "
+                           "at a time under the device-delta gate")
+
     def _joinable(self, lane: Lane) -> _Search | None:
         """A running cell this lane may run candidates of (under the lock): only with the same
         budget as the lane that calibrated it, so the cell's calibration (framework budget) holds
         here too (--gpus refuses mixed GPU models; a cluster's lanes may differ)."""
         if not self.speculate:
             return None
-        fits = [j for j in self._active if j.lane is not lane and j.lane.budget == lane.budget]
+        fits = [j for j in self._active if j.lane is not lane and j.lane.budget == lane.budget and j.shares_slots]
         return min(fits, key=lambda j: len(j.running), default=None)
 
     def _search_steps(self, job: _Search, lane: Lane, owner: bool) -> bool:
@@ -397,7 +467,7 @@ class Runner(UnitRunner):
             with cond:
                 if self._stop.is_set():
                     raise _Stopped()
-                trials = [trial_entry(t) for t in cell["trials"]]
+                trials = cell_entries(cell)
                 r = replay(decide, trials, job.search)
                 pick = [] if r.decision.done else candidates(decide, trials, job.search, 1, job.running)
                 if not pick:
@@ -420,20 +490,30 @@ class Runner(UnitRunner):
                 self.view.candidate_started(engine.name, precision, batch, what)
                 # A cancel that lands before the runtime holds the process kills nothing: the candidate
                 # then ends by itself and is recorded as the measurement it is.
-                out = self._candidate(lane, req)
+                t0 = time.time()
+                out = self._candidate(lane, req, job)
                 out.attempt = attempt
+                if job.slot_threshold is not None and out.status is Status.VRAM_CAP_EXCEEDED:
+                    # The per-slot gate, not the device delta (classify's words for the one-slot gate).
+                    killed = "; killed by the kit" if out.killed_by is KilledBy.KIT_VRAM_GATE else ""
+                    out.error = (f"its own per-process memory went over {job.slot_threshold:,.0f} MiB (B − the "
+                                 f"cell's offset){killed}")
+                # --slots: when the candidate ran, on the wall clock (which ran side by side; the
+                # search's wall time from its first candidate to its answer, the cell's slots_wall_s).
+                slot = None if self.slot_plan is None or lane.slot is None else {
+                    "index": lane.slot, "started_unix_s": round(t0, 3), "ended_unix_s": round(time.time(), 3)}
                 # Killed because the search no longer needs it (and not done by itself first): its
                 # outcome is no measurement. Kept beside the trials, never among them.
                 cancelled = run.cancelled is not None and out.killed_by is KilledBy.KIT_INTERRUPT
                 self.view.candidate_done(engine.name, precision, out, CANCELLED if cancelled else what)
                 with cond:
                     if cancelled:
-                        rec = self._trial_json(lane, out)
+                        rec = self._trial_json(lane, out, slot)
                         rec.update(on_path=False, cancelled_because=run.cancelled)
                         cell.setdefault("cancelled", []).append(rec)
                     else:
                         self._record_versions(engine, out)
-                        cell["trials"].append(self._trial_json(lane, out))
+                        cell["trials"].append(self._trial_json(lane, out, slot))
                         self._mark_path(job)
                     self.save()
             finally:
@@ -452,7 +532,7 @@ class Runner(UnitRunner):
         live = [r for r in job.runs if r.cancelled is None]
         if not live:
             return
-        trials = [trial_entry(t) for t in job.cell["trials"]]
+        trials = cell_entries(job.cell)
         gone = useless(STRATEGIES[self.plan.strategy], trials, job.search, [r.batch for r in live])
         for r in live:
             if r.batch in gone:
@@ -462,7 +542,7 @@ class Runner(UnitRunner):
     def _mark_path(self, job: _Search) -> None:
         """Record on each trial whether the sequential search's path uses it (under the lock)."""
         trials = job.cell["trials"]
-        r = replay(STRATEGIES[self.plan.strategy], [trial_entry(t) for t in trials], job.search)
+        r = replay(STRATEGIES[self.plan.strategy], cell_entries(job.cell), job.search)
         for t, used in zip(trials, r.on_path(len(trials))):
             t["on_path"] = used
 
@@ -482,4 +562,10 @@ class Runner(UnitRunner):
             at_max = [t for t in cell["trials"]
                       if t["batch"] == max_batch and t["status"] == "ok" and t.get("on_path", True)]
             cell["peaks_at_max"] = at_max[-1]["peaks"] if at_max else None
+            if self.slot_plan is not None:
+                ran = [t["slot"] for t in cell["trials"] + cell.get("cancelled", []) if "slot" in t]
+                # From the search's first candidate to its last one's end: the answer's wall time
+                # (this session's candidates; a resumed search adds the earlier ones' times too).
+                cell["slots_wall_s"] = (round(max(r["ended_unix_s"] for r in ran)
+                                              - min(r["started_unix_s"] for r in ran), 3) if ran else None)
             self.save()

@@ -71,6 +71,9 @@ def _peak(peaks: dict[str, Any] | None) -> tuple[float | None, str]:
         return None, ""
     if peaks.get("device_delta_mib") is not None:
         return peaks["device_delta_mib"], "device delta (NVML)"
+    if peaks.get("process_mib") is not None and peaks.get("baseline_mib") is None:
+        # --slots on a GPU: no idle baseline, no device delta; the candidate's own processes' memory
+        return peaks["process_mib"], "per-process (NVML)"
     if peaks.get("framework_mib") is not None:
         return peaks["framework_mib"], "framework allocator"
     if peaks.get("host_rss_mib") is not None:  # --device cpu without an allocator peak

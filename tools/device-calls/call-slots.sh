@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# --slots on the H200, in one call (nvidia-h200, carry [".whl"]: tools/device-wheels.sh here first,
+# then tools/device-kitctl.sh --stamp): PyTorch eager fp32 and bf16 at 16,376 MiB, local runtime,
+# --slots auto (the card's 143,771 MiB hold 8 × (16,376 + 512)), beside the committed sequential
+# searches at the same settings (results/reference/maxbatch-resnet50-synthetic-20261129T195932Z.json:
+# fp32 8,832/8,833, 21 candidates, 232 s; …20261201T035836Z.json: bf16 17,088/17,089, 23 candidates).
+#   bash tools/device-calls/call-slots.sh 2>&1 | tee $OUT/slots.log
+# Prints per cell the answer against the committed pair, the slots, the per-slot gate's offset and the
+# search's wall time from its first candidate to its answer (slots_wall_s); the artifact goes to $OUT.
+set -u
+LIMIT=${CALL_LIMIT_S:-575}
+cd "$(dirname "$0")/../.."; . tools/device-calls/lib.sh
+say "pytorch-eager fp32+bf16 at 16,376 MiB, --slots auto (left $(left) s); used $(gpu_used) MiB"
+t0=$SECONDS
+timeout -s INT $(( $(left) - 10 )) tools/device-kitctl.sh run maxbatch --runtime local --engines pytorch-eager \
+  --precision both --vram-limit 16376 --timeout 120 --slots auto 2>&1 | grep -v '…$'; echo "rc=${PIPESTATUS[0]}"
+say "took $(( SECONDS - t0 )) s"
+final="$(ls -t results/maxbatch-*.json 2>/dev/null | grep -v partial | head -1)"
+save "$final"; save "$(newest_partial)"
+[ -n "$final" ] && python3 - "$final" <<'EOF'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+want = {"fp32": (8832, 8833), "bf16": (17088, 17089)}
+print("slots:", doc.get("slots"))
+for c in doc["results"]:
+    got = (c["max_batch"], c["next_batch"])
+    print(f"{c['engine']} {c['precision']}: {got} (committed {want.get(c['precision'])}: "
+          f"{'SAME' if got == want.get(c['precision']) else 'DIFFERENT'}); {len(c['trials'])} candidates, "
+          f"{len(c.get('cancelled', []))} cancelled; gate {c.get('slot_gate')}; wall {c.get('slots_wall_s')} s")
+EOF
+say "used $(gpu_used) MiB; $SECONDS s"
