@@ -242,3 +242,23 @@ def test_the_trial_child_gets_the_death_signal_and_the_data_limit():
                              start_new_session=True, preexec_fn=_preexec(limit)).stdout.split()
         assert out == [str(int(signal.SIGKILL)), str(want)]
 
+
+
+def test_two_runtimes_of_one_run_keep_their_own_records(tmp_path, monkeypatch):
+    """--gpus with the local runtime: one runtime per GPU in one process, one run id. Each keeps its
+    live trials in its own record, so one's update never erases the other's (clean would miss it)."""
+    from kitctl.runtimes.runstate import RunState
+
+    monkeypatch.setenv(STATE_DIR_ENV, str(tmp_path / "state"))
+    a, b = RunState("one-run"), RunState("one-run")
+    me = os.getpid()  # a live process stands in for each trial (only the records are read here)
+    a.add(me, me, engine="pytorch-eager", precision="fp32", batch=2)
+    b.add(me, me, engine="pytorch-eager", precision="fp32", batch=4)
+    records = sorted((RunRecord.from_json(json.loads(f.read_text())) for f in (tmp_path / "state").glob("*.json")),
+                     key=lambda r: r.trials[0].batch)
+    assert [[t.batch for t in r.trials] for r in records] == [[2], [4]]
+    b.remove(me)
+    (left,) = (tmp_path / "state").glob("*.json")
+    assert [t.batch for t in RunRecord.from_json(json.loads(left.read_text())).trials] == [2]
+    a.close()
+    assert list((tmp_path / "state").glob("*.json")) == []

@@ -19,6 +19,7 @@ The sweep reads both default folders, since a later shell may lack XDG_RUNTIME_D
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -109,6 +110,9 @@ def _private_dir(d: Path, *, create: bool) -> bool:
 
 # ---- the writer: one run's live trials --------------------------------------------------------
 
+_WRITERS = itertools.count()
+
+
 class RunState:
     """The run-state file of one controller: exists while one of its trials runs.
 
@@ -118,6 +122,9 @@ class RunState:
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
+        # one file per writer: a run with several runtimes in one process (--gpus with the local
+        # runtime: one per GPU) must not overwrite another runtime's record of its live trials
+        self._n = next(_WRITERS)
         self._trials: dict[int, TrialRecord] = {}
         self._lock = threading.Lock()
         self._path: Path | None = None
@@ -125,7 +132,7 @@ class RunState:
 
     @property
     def path(self) -> Path:
-        return state_dirs()[0] / f"{self.run_id}-{os.getpid()}.json"
+        return state_dirs()[0] / f"{self.run_id}-{os.getpid()}-{self._n}.json"
 
     def add(self, pid: int, pgid: int, *, engine: str, precision: str, batch: int) -> None:
         with self._lock:
