@@ -316,6 +316,8 @@ def load(path: Path) -> dict[str, Any]:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ArtifactError(f"{path} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except RecursionError:  # `[[[[...`: a hostile or broken file, not a reason for a traceback
+        raise ArtifactError(f"{path} is not valid JSON (nested too deeply)") from None
     if not isinstance(doc, dict) or doc.get("kind") != "kitctl-artifact":
         raise ArtifactError(f"{path} is not a kitctl artifact")
     validate(doc)

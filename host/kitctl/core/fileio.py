@@ -2,6 +2,7 @@
 reading a result file only when it is a regular file of a sane size (never a FIFO, device or huge file)."""
 from __future__ import annotations
 
+import json
 import os
 import stat
 from collections.abc import Callable
@@ -70,3 +71,12 @@ def escapes(path: Path, folder: Path) -> bool:
     except (OSError, RuntimeError):  # dangling or a loop
         return True
     return not target.is_relative_to(folder.resolve())
+
+
+def parse_json(text: str | bytes):
+    """json.loads, with input nested too deeply for the parser (`[[[[...` a hostile or broken file can hold)
+    raised as the ValueError a malformed file raises, not as a RecursionError no caller expects."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("not valid JSON (nested too deeply)") from None

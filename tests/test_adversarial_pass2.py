@@ -1,0 +1,109 @@
+"""What the second adversarial pass (tools/adversarial.py) found and what must stay fixed: files nested too
+deeply for the JSON parser (a corpus manifest, a partial, a run-state record), a FIFO where a record is read
+(a run-state file, a dataset record), and a corpus size that would exhaust memory or the disk.
+
+Each test starts the real console entry point (or calls the reader it exercises) on files made here."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_adversarial_cli import tiny_disk  # noqa: F401 - the fixture (a 64 KiB tmpfs, root only)
+
+ENTRY = [sys.executable, "-c", "from kitctl.entry import main; main()"]
+DEEP = "[" * 100_000 + "]" * 100_000  # valid JSON the parser cannot descend: RecursionError, not JSONDecodeError
+
+
+def kitctl(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([*ENTRY, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "COLUMNS": "200", **(env or {})})
+
+
+def one_line_refusal(p: subprocess.CompletedProcess, code: int = 2) -> str:
+    assert "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert p.returncode == code, (p.returncode, p.stderr[-2000:])
+    lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("kitctl: ")]
+    assert len(errors) == 1 and lines[-1] == errors[0], p.stderr
+    return errors[0]
+
+
+def fake_corpus(folder: Path, manifest_text: str) -> Path:
+    (folder / "train" / "0000").mkdir(parents=True)
+    (folder / "manifest.json").write_text(manifest_text)
+    return folder
+
+
+# -- deeply nested JSON ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", ["verify", "datasize", "dataload"])
+def test_a_corpus_manifest_nested_too_deeply_is_refused_in_one_line(tmp_path, command):
+    corpus = fake_corpus(tmp_path / "c", DEEP)
+    args = {"verify": ("data", "verify", str(corpus)),
+            "datasize": ("run", "datasize", "--corpus", str(corpus), "--formats", "folder", "--encodings", "jpeg90",
+                         "--sides", "64", "--workers", "1", "--runtime", "local", "--results-dir", str(tmp_path / "r")),
+            "dataload": ("run", "dataload", "--corpus", str(corpus), "--loaders", "pytorch-dataloader", "--workers", "1",
+                         "--runs", "1", "--runtime", "local", "--results-dir", str(tmp_path / "r"))}[command]
+    line = one_line_refusal(kitctl(*args))
+    assert "manifest.json" in line and "nested too deeply" in line, line
+    assert not (tmp_path / "r").exists() or not list((tmp_path / "r").iterdir())
+
+
+def test_a_partial_nested_too_deeply_is_refused_in_one_line(tmp_path):
+    partial = tmp_path / "maxbatch-resnet50-synthetic-20260101T000000Z.partial.json"
+    partial.write_text(DEEP)
+    line = one_line_refusal(kitctl("run", "maxbatch", "--resume", str(partial)))
+    assert "nested too deeply" in line, line
+    assert partial.read_text() == DEEP  # left as it was
+
+
+# -- the run-state folder: what every run's start sweep and `kitctl clean` read ------------------------------
+
+def test_clean_skips_a_run_state_record_nested_too_deeply_or_a_fifo(tmp_path):
+    """Both made every run's start sweep and `kitctl clean` fail: a RecursionError traceback, and a read of a FIFO
+    that never returned."""
+    rs = tmp_path / "rs"
+    rs.mkdir(mode=0o700)
+    (rs / "a-1.json").write_text(DEEP)
+    os.mkfifo(rs / "b-2.json")
+    (rs / "c-3.json").write_text(json.dumps([1, 2]))  # JSON, but not a record (a list)
+    p = kitctl("clean", "--dry-run", "--json", env={"KITCTL_RUN_STATE_DIR": str(rs)}, timeout=60)
+    assert "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert json.loads(p.stdout)["dry_run"] is True
+    assert sorted(f.name for f in rs.iterdir()) == ["a-1.json", "b-2.json", "c-3.json"]  # foreign files left alone
+
+
+def test_a_dataset_record_that_is_a_fifo_is_a_reason_not_a_hang(tmp_path):
+    """verify_dataset reads dataset.json before every reuse of a dataset folder; a FIFO there hung the run."""
+    d = tmp_path / "folder-jpeg90-64-n40-c0000000000000000"
+    d.mkdir()
+    os.mkfifo(d / "dataset.json")
+    code = ("import sys; from pathlib import Path; from kitctl.datarun import verify_dataset; "
+            f"print(verify_dataset(Path({str(d)!r}), None))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "dataset.json" in p.stdout and "FIFO" in p.stdout, p.stdout
+
+
+# -- data make: sizes checked before anything starts ------------------------------------------------------
+
+@pytest.mark.parametrize("images", ["100000000000000000000", "10000001"])
+def test_data_make_refuses_an_image_count_beyond_its_cap_before_starting(tmp_path, images):
+    """--images 1e20 was accepted: the maker planned every chunk in memory and grew past 13 GB in a minute."""
+    out = tmp_path / "c"
+    line = one_line_refusal(kitctl("data", "make", "--out", str(out), "--images", images, "--workers", "1", timeout=60))
+    assert "--images" in line and "10,000,000" in line, line
+    assert not list(tmp_path.iterdir())  # no corpus, no lock, no half-made folder
+
+
+def test_data_make_refuses_a_corpus_the_disk_cannot_hold(tiny_disk):  # noqa: F811
+    out = tiny_disk / "c"
+    line = one_line_refusal(kitctl("data", "make", "--out", str(out), "--images", "1000", "--workers", "1", timeout=60))
+    assert "GB free" in line, line
+    assert not out.exists() and not [f for f in tiny_disk.iterdir() if f.name.startswith(".c")]
