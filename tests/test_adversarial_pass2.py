@@ -107,3 +107,85 @@ def test_data_make_refuses_a_corpus_the_disk_cannot_hold(tiny_disk):  # noqa: F8
     line = one_line_refusal(kitctl("data", "make", "--out", str(out), "--images", "1000", "--workers", "1", timeout=60))
     assert "GB free" in line, line
     assert not out.exists() and not [f for f in tiny_disk.iterdir() if f.name.startswith(".c")]
+
+
+# -- writing: only a regular file is ever replaced ------------------------------------------------------------
+
+def a_result(folder: Path) -> Path:
+    """A real artifact, copied from the committed reference results."""
+    src = sorted((Path(__file__).resolve().parents[1] / "results" / "reference").glob("maxbatch-*Z.json"))[0]
+    dst = folder / src.name
+    dst.write_bytes(src.read_bytes())
+    return dst
+
+
+@pytest.mark.parametrize("flag", ["--out", "--csv"])
+def test_report_does_not_replace_a_fifo_or_device_named_as_its_output(tmp_path, flag):
+    """`report --out /dev/full` (root) replaced the device with a regular file holding the report: the atomic
+    write renamed its temporary over whatever was there. A FIFO stands in for the device here."""
+    fifo = tmp_path / "out.md"
+    os.mkfifo(fifo)
+    line = one_line_refusal(kitctl("report", str(a_result(tmp_path)), flag, str(fifo), timeout=60))
+    assert "FIFO" in line and "not replaced" in line, line
+    assert os.path.exists(fifo) and os.stat(fifo).st_mode & 0o170000 == 0o010000  # still a FIFO
+    assert not [f for f in tmp_path.iterdir() if f.name.endswith(".tmp")]
+
+
+# -- numbers the JSON parser cannot convert ---------------------------------------------------------------------
+
+def _with_huge_integer(src: Path, dst: Path) -> Path:
+    text = src.read_text()
+    doc = json.loads(text)
+    doc["x"] = 0
+    dst.write_text(json.dumps(doc).replace('"x": 0', '"x": ' + "1" * 5000))  # past int's 4,300-digit limit
+    return dst
+
+
+@pytest.mark.parametrize("command", ["report", "results list", "resume"])
+def test_a_result_with_an_integer_too_long_to_convert_is_one_line_not_a_traceback(tmp_path, command):
+    folder = tmp_path / "r"
+    folder.mkdir()
+    src = a_result(tmp_path)
+    if command == "resume":
+        bad = _with_huge_integer(src, folder / "maxbatch-resnet50-synthetic-20260101T000000Z.partial.json")
+        line = one_line_refusal(kitctl("run", "maxbatch", "--resume", str(bad)))
+        assert "too long" in line, line
+    elif command == "report":
+        bad = _with_huge_integer(src, folder / "x.json")
+        line = one_line_refusal(kitctl("report", str(bad)))
+        assert "too long" in line, line
+    else:
+        _with_huge_integer(src, folder / "x.json")
+        p = kitctl("results", "list", "--json", str(folder))
+        assert "Traceback" not in p.stderr and p.returncode == 0, p.stderr[-2000:]
+        (entry,) = json.loads(p.stdout)
+        assert entry["state"] == "unreadable", entry
+
+
+# -- data make: a path the system cannot take ------------------------------------------------------------------
+
+@pytest.mark.parametrize("where", ["leaf", "parent"])
+def test_data_make_with_a_name_over_255_bytes_is_one_line(tmp_path, where):
+    long = "y" * 300
+    out = tmp_path / long if where == "leaf" else tmp_path / long / "c"
+    line = one_line_refusal(kitctl("data", "make", "--out", str(out), "--images", "10", "--workers", "1", timeout=60))
+    assert "File name too long" in line, line
+
+
+# -- a signal that ends the first import of jsonschema half-way ----------------------------------------------------
+
+def test_validation_works_after_an_interrupted_first_import_of_jsonschema(tmp_path):
+    """A SIGINT during the first save of a dataload partial ended `import jsonschema` half-way; the save in the
+    interrupt path then raised AttributeError (module jsonschema has no attribute exceptions): a traceback and no
+    resumable partial. Reproduced here as the import system leaves it: the package dropped, its submodule kept."""
+    code = """
+import sys, json
+import jsonschema.exceptions               # the submodule was loaded ...
+del sys.modules["jsonschema"]               # ... and the package's import raised, so the package was dropped
+from kitctl.core import artifact
+doc = json.loads(open(sys.argv[1]).read())
+artifact.validate(doc)
+print("valid")
+"""
+    p = subprocess.run([sys.executable, "-c", code, str(a_result(tmp_path))], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.strip() == "valid", p.stderr[-2000:]

@@ -2,6 +2,7 @@
 reading a result file only when it is a regular file of a sane size (never a FIFO, device or huge file)."""
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -10,7 +11,16 @@ from pathlib import Path
 
 
 def replace_atomically(path: Path, write: Callable[[Path], None]) -> None:
-    """`write` fills a temporary file beside `path`, which is then renamed into place."""
+    """`write` fills a temporary file beside `path`, which is then renamed into place. Only a regular file (or a
+    symlink, which the rename replaces, not its target) is ever replaced: `--out /dev/null` run as root would
+    otherwise swap the device for a regular file (and a FIFO or a folder there is not the user's report either)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        pass
+    else:
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+            raise OSError(errno.EEXIST, f"{_kind(st.st_mode)} is there, not a regular file: not replaced")
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         write(tmp)
