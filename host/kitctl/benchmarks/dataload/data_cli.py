@@ -51,16 +51,21 @@ def make(
     if images > MAX_IMAGES:
         err.print(f"kitctl: --images {images:,} is more than {MAX_IMAGES:,} (ten times ImageNet-1k's training set)")
         raise typer.Exit(EXIT_USAGE)
-    if (out / "manifest.json").exists():
-        err.print(f"kitctl: {out} already holds a corpus; choose a new folder")
-        raise typer.Exit(EXIT_USAGE)
-    parent = out.expanduser().absolute().parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        err.print(f"kitctl: --out {out}: {parent} is not a writable folder")
-        raise typer.Exit(EXIT_USAGE)
-    need, free = images * BYTES_PER_IMAGE_ESTIMATE, shutil.disk_usage(parent).free
+    try:  # a path the system cannot take (a name over 255 bytes: ENAMETOOLONG) is an OSError from the checks
+        if (out / "manifest.json").exists():
+            err.print(f"kitctl: {out} already holds a corpus; choose a new folder")
+            raise typer.Exit(EXIT_USAGE)
+        parent = out.expanduser().absolute().parent
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+            err.print(f"kitctl: --out {out}: {parent} is not a writable folder")
+            raise typer.Exit(EXIT_USAGE)
+        free = shutil.disk_usage(parent).free
+    except OSError as exc:
+        err.print(f"kitctl: --out {out}: {exc.strerror or exc}")
+        raise typer.Exit(EXIT_USAGE) from None
+    need = images * BYTES_PER_IMAGE_ESTIMATE
     if need > free:
         err.print(f"kitctl: --images {images:,} needs about {need / 1e9:,.1f} GB (~{BYTES_PER_IMAGE_ESTIMATE // 1000} KB "
                   f"per image) and {parent} has {free / 1e9:,.1f} GB free")
