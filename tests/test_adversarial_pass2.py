@@ -189,3 +189,16 @@ print("valid")
 """
     p = subprocess.run([sys.executable, "-c", code, str(a_result(tmp_path))], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and p.stdout.strip() == "valid", p.stderr[-2000:]
+
+
+# -- counts checked before work, as the engine benchmarks check theirs --------------------------------------
+
+@pytest.mark.parametrize("bench", ["dataload", "train-e2e"])
+def test_a_run_count_beyond_the_ceiling_is_refused_before_anything_runs(tmp_path, bench):
+    """`run dataload --runs 1e30` was accepted and ran until stopped."""
+    corpus = tmp_path / "no-corpus-needed"  # the count is checked before the corpus
+    p = kitctl("run", bench, "--corpus", str(corpus), "--runs", "1" + "0" * 30, "--runtime", "local",
+               "--results-dir", str(tmp_path / "r"))
+    line = one_line_refusal(p)
+    assert "--runs must be at most 2,147,483,647" in line, line
+    assert not (tmp_path / "r").exists()
