@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -202,3 +203,41 @@ def test_a_run_count_beyond_the_ceiling_is_refused_before_anything_runs(tmp_path
     line = one_line_refusal(p)
     assert "--runs must be at most 2,147,483,647" in line, line
     assert not (tmp_path / "r").exists()
+
+
+# -- the interpreter probe leaves nothing running ---------------------------------------------------------
+
+def _alive_with(marker: str) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if marker.encode() in (d / "cmdline").read_bytes():
+                    out.append(int(d.name))
+            except OSError:
+                pass
+    return out
+
+
+def test_a_hanging_python_wrapper_leaves_no_process_after_the_probe(tmp_path, monkeypatch):
+    """`--python` a script that starts a program and hangs: the probe timed out after 60 s and killed the script
+    alone; its child stayed, re-parented to PID 1. Now the probe's whole process group goes."""
+    from kitctl.core.engines import parse_engines
+    from kitctl.runtimes import local
+    from kitctl.runtimes.base import RuntimeUnavailable
+
+    marker = f"kitctl-probe-test-{os.getpid()}"
+    py = tmp_path / "py"
+    py.write_text(f"#!/bin/bash\n(exec -a {marker} sleep 600) &\nwait\n")  # a child named by the marker
+    py.chmod(0o755)
+    monkeypatch.setattr(local, "PROBE_TIMEOUT_S", 2)
+    try:
+        with pytest.raises(RuntimeUnavailable, match="no answer to a one-line Python probe"):
+            local.check_python(parse_engines("pytorch-eager"), str(py))
+        deadline = time.monotonic() + 5
+        while _alive_with(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive_with(marker), [Path(f"/proc/{p}/cmdline").read_bytes() for p in _alive_with(marker)]
+    finally:
+        for p in _alive_with(marker):
+            os.kill(p, 9)
