@@ -21,6 +21,7 @@ import typer
 
 from .core import artifact as art
 from .core import signals
+from .core.fileio import parse_json, read_regular
 from .core.paths import kit_root
 from .core.provenance import host_info, kit_info
 from .core.signals import Interrupted
@@ -228,8 +229,8 @@ def read_corpus_manifest(corpus: str | Path) -> dict[str, Any]:
             raise Fail(f"--corpus {corpus}: not a corpus (no manifest.json); make one with `kitctl data make`")
         if path.stat().st_size > MANIFEST_MAX_BYTES:
             raise Fail(f"{path}: {path.stat().st_size:,} bytes is no corpus manifest")
-        m = json.loads(path.read_text())
-    except (ValueError, OSError) as exc:  # truncated, not UTF-8, unreadable
+        m = parse_json(read_regular(path, MANIFEST_MAX_BYTES).decode("utf-8"))
+    except (ValueError, OSError) as exc:  # truncated, not UTF-8, nested too deeply, unreadable, not a regular file
         raise Fail(f"{path}: not a readable corpus manifest ({' '.join(str(exc).split())[:120]}); "
                    "make the corpus again with `kitctl data make`") from None
     files = m.get("files") if isinstance(m, dict) else None
@@ -701,9 +702,9 @@ def verify_dataset(d: Path, corpus_id: str | None, hashes: bool = False) -> str 
     SHA-256). `corpus_id` None: any corpus's. Every reason names the folder."""
     info_path = d / "dataset.json"
     try:
-        info = json.loads(info_path.read_text())
-    except (ValueError, OSError) as exc:
-        return f"{info_path}: not a readable dataset record ({' '.join(str(exc).split())[:100]})"
+        info = parse_json(read_regular(info_path).decode("utf-8"))
+    except (ValueError, OSError) as exc:  # NotRegularFile (a FIFO would hang a plain read) is an OSError
+        return f"{info_path}: not a readable dataset record ({' '.join(str(exc).split())[:300]})"
     if not isinstance(info, dict):
         return f"{info_path}: not a dataset record"
     written_from = (info.get("corpus") or {}).get("identity") if isinstance(info.get("corpus"), dict) else None

@@ -41,6 +41,10 @@ CORPUS_VERSION = 1
 # --workers above this many per core is refused: more processes than that only add memory (~100 MB each) and
 # fork cost, never speed, and a typo (100000) would fork until the OOM killer steps in.
 MAX_WORKERS_PER_CORE = 4
+# --images above this is refused: the maker plans every chunk of images (and the manifest holds one entry per
+# image) in memory, so a typo (1e20) grows without bound until the OOM killer steps in. Ten times ImageNet-1k's
+# training set.
+MAX_IMAGES = 10_000_000
 SKIMAGE_PIP = "pip install scikit-image==0.26.0"
 
 # scikit-image's bundled photographs and the licence each one's docstring gives (skimage 0.2x).
@@ -219,6 +223,8 @@ def make(out: Path, images: int, classes: int = 10, seed: int = 0, workers: int 
     """Write the corpus and its manifest; returns the manifest."""
     if images <= 0 or classes <= 0:
         raise SystemExit("corpus: --images and --classes must be > 0")
+    if images > MAX_IMAGES:
+        raise SystemExit(f"corpus: --images {images:,} is more than {MAX_IMAGES:,}")
     if workers is not None and not 0 < workers <= max_workers():
         raise SystemExit(f"corpus: --workers {workers} is outside 1..{max_workers()} ({MAX_WORKERS_PER_CORE} per core "
                          f"of this host's {os.cpu_count()})")

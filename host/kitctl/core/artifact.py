@@ -45,11 +45,16 @@ def _schema() -> dict[str, Any]:
 def validate(doc: dict[str, Any]) -> None:
     """Raise ArtifactError with the first schema violation, in one line."""
     try:
-        import jsonschema  # lazy: the GPU machine may carry it as a wheel
+        # lazy: the GPU machine may carry it as a wheel. Names imported from their modules, not reached as
+        # attributes: a signal that ends a first import half-way drops `jsonschema` from sys.modules but keeps
+        # `jsonschema.exceptions`, and the re-imported package then lacks the `exceptions` attribute (the save of
+        # the interrupted run's partial failed so, with an AttributeError traceback).
+        from jsonschema import Draft202012Validator
+        from jsonschema.exceptions import best_match
     except ImportError as exc:  # pragma: no cover - depends on the host
         raise ArtifactError("jsonschema is not installed: pip install jsonschema") from exc
-    validator = jsonschema.Draft202012Validator(_schema())
-    err = jsonschema.exceptions.best_match(validator.iter_errors(doc))
+    validator = Draft202012Validator(_schema())
+    err = best_match(validator.iter_errors(doc))
     if err is not None:
         where = "/".join(str(p) for p in err.absolute_path) or "(top)"
         raise ArtifactError(f"artifact does not match its schema at {where}: {err.message[:200]}")
@@ -316,6 +321,10 @@ def load(path: Path) -> dict[str, Any]:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ArtifactError(f"{path} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except RecursionError:  # `[[[[...`: a hostile or broken file, not a reason for a traceback
+        raise ArtifactError(f"{path} is not valid JSON (nested too deeply)") from None
+    except ValueError as exc:  # an integer of more than 4,300 digits (int's conversion limit)
+        raise ArtifactError(f"{path} is not valid JSON (a number too long to read: {' '.join(str(exc).split())[:60]})") from None
     if not isinstance(doc, dict) or doc.get("kind") != "kitctl-artifact":
         raise ArtifactError(f"{path} is not a kitctl artifact")
     validate(doc)

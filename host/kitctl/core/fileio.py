@@ -2,6 +2,8 @@
 reading a result file only when it is a regular file of a sane size (never a FIFO, device or huge file)."""
 from __future__ import annotations
 
+import errno
+import json
 import os
 import stat
 from collections.abc import Callable
@@ -9,7 +11,16 @@ from pathlib import Path
 
 
 def replace_atomically(path: Path, write: Callable[[Path], None]) -> None:
-    """`write` fills a temporary file beside `path`, which is then renamed into place."""
+    """`write` fills a temporary file beside `path`, which is then renamed into place. Only a regular file (or a
+    symlink, which the rename replaces, not its target) is ever replaced: `--out /dev/null` run as root would
+    otherwise swap the device for a regular file (and a FIFO or a folder there is not the user's report either)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        pass
+    else:
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+            raise OSError(errno.EEXIST, f"{_kind(st.st_mode)} is there, not a regular file: not replaced")
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         write(tmp)
@@ -70,3 +81,12 @@ def escapes(path: Path, folder: Path) -> bool:
     except (OSError, RuntimeError):  # dangling or a loop
         return True
     return not target.is_relative_to(folder.resolve())
+
+
+def parse_json(text: str | bytes):
+    """json.loads, with input nested too deeply for the parser (`[[[[...` a hostile or broken file can hold)
+    raised as the ValueError a malformed file raises, not as a RecursionError no caller expects."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("not valid JSON (nested too deeply)") from None

@@ -123,6 +123,8 @@ def _read_json(path: Path) -> Any:
         raise ArtifactError(f"{path} is not valid JSON (line {exc.lineno}: {exc.msg}{hint})") from None
     except RecursionError:
         raise ArtifactError(f"{path} is not valid JSON (nested too deeply)") from None
+    except ValueError as exc:  # an integer of more than 4,300 digits (int's conversion limit): not a result
+        raise ArtifactError(f"{path} is not valid JSON (a number too long to read: {' '.join(str(exc).split())[:60]})") from None
 
 
 def _stamp_iso(stamp: Any) -> str | None:

@@ -106,6 +106,24 @@ _PROBE = (f"import importlib.util as u, sys; print({PROBE_MARK!r}, "
 PROBE_TIMEOUT_S = 60
 
 
+def _run_probe(argv: list[str]) -> subprocess.CompletedProcess:
+    """The probe as a trial is run: its own session and the parent-death signal, and its whole process group
+    killed when it ends, times out or a signal interrupts the wait. A `--python` that is a script starting other
+    programs (a wrapper that hangs) left them running with PPID 1 when only the probe itself was killed."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            text=True, errors="replace", start_new_session=True, preexec_fn=_preexec(None))
+    try:
+        out, err = proc.communicate(timeout=PROBE_TIMEOUT_S)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # what it left behind, if anything (its group is its session's)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if proc.returncode is None:
+            proc.wait()
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
 def check_python(engines, python: str, given: bool = True) -> None:
     """RuntimeUnavailable (one line) unless `python` runs Python and finds every module the engines'
     trials import."""
@@ -114,8 +132,7 @@ def check_python(engines, python: str, given: bool = True) -> None:
     modules = list(dict.fromkeys(m for e in engines for m in TRIAL_MODULES.get(e.trial, ())))
     who = f"--python {python}" if given else f"the interpreter {python}"
     try:
-        r = subprocess.run([python, "-c", _PROBE, *modules], capture_output=True, text=True, errors="replace",
-                           stdin=subprocess.DEVNULL, timeout=PROBE_TIMEOUT_S)
+        r = _run_probe([python, "-c", _PROBE, *modules])
     except OSError as exc:
         raise RuntimeUnavailable(f"{who}: cannot run it ({exc.strerror or exc})") from None
     except subprocess.TimeoutExpired:

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core.fileio import parse_json, read_regular
 from .processes import ProcStat, boot_id, group_members, pid_alive, process_start, stat
 
 STATE_DIR_ENV = "KITCTL_RUN_STATE_DIR"
@@ -220,8 +221,8 @@ def sweep_local_orphans(*, dry_run: bool = False) -> list[str]:
             continue
         for path in sorted(d.glob("*.json")):
             try:
-                rec = RunRecord.from_json(json.loads(path.read_text()))
-            except (OSError, ValueError, KeyError, TypeError):
+                rec = RunRecord.from_json(parse_json(read_regular(path)))
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
                 continue  # not a record this kit can read: left alone
             if rec.host != host:
                 continue

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import Fail
+from ...runconfig import check_counts
 from ...datarun import DATA_ENCODINGS, LOADER_FORMAT, ReadCap, block_device, check_corpus, check_data_dir, \
     check_workers, corpus_images, parse_ints, parse_names
 from ...core.loader_window import LoaderWindow
@@ -57,6 +58,9 @@ class DataloadConfig:
         for flag, v in (("--runs", runs), ("--epochs", epochs), ("--batch", batch)):
             if v is not None and v <= 0:
                 raise Fail(f"{flag} must be > 0 (got {v})")
+        # the same ceiling as the engine benchmarks' counts: --runs 1e30 was accepted and ran until stopped
+        check_counts(*((f, v) for f, v in (("--runs", runs), ("--epochs", epochs), ("--batch", batch),
+                                             ("--limit", limit)) if v is not None))
         if limit is not None and limit <= 0:
             raise Fail(f"--limit must be > 0 (got {limit})")
         if timeout is not None and timeout <= 0:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +19,12 @@ from ...errors import EXIT_INTERRUPTED, EXIT_USAGE, err
 
 # The corpus maker's own cap (trials/dataload/corpus.py: MAX_WORKERS_PER_CORE), checked here before it starts.
 MAX_WORKERS_PER_CORE = 4
+# trials/dataload/corpus.py: MAX_IMAGES. The maker plans every image in memory: a typo (1e20) would grow it until
+# the OOM killer stepped in, so the count is checked here, with the disk it needs, before anything starts.
+MAX_IMAGES = 10_000_000
+# A corpus image's average size on disk: ~85 KB measured (40 to 1,000 images, seeds 0 and 1); rounded up, it
+# tells whether the corpus can fit on the disk before hours are spent filling it.
+BYTES_PER_IMAGE_ESTIMATE = 100_000
 
 data_app = typer.Typer(no_args_is_help=True, help="Datasets for the data-loading benchmarks.")
 
@@ -41,14 +48,27 @@ def make(
         err.print(f"kitctl: --workers {workers} is more than {cap} ({MAX_WORKERS_PER_CORE} per core of this host's "
                   f"{os.cpu_count()}); more processes add memory, not speed")
         raise typer.Exit(EXIT_USAGE)
-    if (out / "manifest.json").exists():
-        err.print(f"kitctl: {out} already holds a corpus; choose a new folder")
+    if images > MAX_IMAGES:
+        err.print(f"kitctl: --images {images:,} is more than {MAX_IMAGES:,} (ten times ImageNet-1k's training set)")
         raise typer.Exit(EXIT_USAGE)
-    parent = out.expanduser().absolute().parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        err.print(f"kitctl: --out {out}: {parent} is not a writable folder")
+    try:  # a path the system cannot take (a name over 255 bytes: ENAMETOOLONG) is an OSError from the checks
+        if (out / "manifest.json").exists():
+            err.print(f"kitctl: {out} already holds a corpus; choose a new folder")
+            raise typer.Exit(EXIT_USAGE)
+        parent = out.expanduser().absolute().parent
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+            err.print(f"kitctl: --out {out}: {parent} is not a writable folder")
+            raise typer.Exit(EXIT_USAGE)
+        free = shutil.disk_usage(parent).free
+    except OSError as exc:
+        err.print(f"kitctl: --out {out}: {exc.strerror or exc}")
+        raise typer.Exit(EXIT_USAGE) from None
+    need = images * BYTES_PER_IMAGE_ESTIMATE
+    if need > free:
+        err.print(f"kitctl: --images {images:,} needs about {need / 1e9:,.1f} GB (~{BYTES_PER_IMAGE_ESTIMATE // 1000} KB "
+                  f"per image) and {parent} has {free / 1e9:,.1f} GB free")
         raise typer.Exit(EXIT_USAGE)
     argv = [python or sys.executable, str(kit_root() / "trials" / "dataload" / "corpus.py"), "--out", str(out),
             "--images", str(images), "--classes", str(classes), "--seed", str(seed)]

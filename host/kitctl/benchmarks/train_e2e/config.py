@@ -13,6 +13,7 @@ from ...datarun import LOADER_FORMAT as FORMAT_OF
 from ...datarun import LOADER_IMAGE, TORCH_IMAGES, check_corpus, check_data_dir, check_workers, corpus_images, \
     detect_gpu, loader_image, loader_runtime, parse_ints, parse_names
 from ...errors import Fail
+from ...runconfig import check_counts
 from ...core.loader_window import STEADY_TOLERANCE, LoaderWindow
 
 # dali-gpu's batches stay in DALI's GPU tensors (no hand-off to torch in the trial yet)
@@ -67,6 +68,8 @@ class TrainE2EConfig:
                         ("--side", side)):
             if v <= 0:
                 raise Fail(f"{flag} must be > 0 (got {v})")
+        check_counts(("--batch", batch), ("--warmup", warmup), ("--steps", steps), ("--runs", runs), ("--side", side),
+                     *((("--limit", limit),) if limit is not None else ()))  # --runs 1e30 ran until stopped
         if precision not in PRECISIONS:
             raise Fail(f"--precision must be one of {', '.join(PRECISIONS)} (got {precision!r})")
         if device not in DEVICES:
