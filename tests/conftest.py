@@ -55,10 +55,12 @@ def _signal_handlers_as_they_were():
     from kitctl.core import signals as kit_signals
 
     before = {s: signal.getsignal(s) for s in kit_signals.HANDLED}
+    hook = sys.unraisablehook  # install() wraps it; pytest's own is put back
     yield
     for s, h in before.items():
         if h is not None:
             signal.signal(s, h)
+    sys.unraisablehook = hook
     kit_signals._depth, kit_signals._pending = 0, None
     kit_signals._stopped, kit_signals._received = False, None
 

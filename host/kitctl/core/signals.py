@@ -15,6 +15,7 @@ the CLI (typer, rich), so a signal during start-up is handled too.
 from __future__ import annotations
 
 import signal
+import sys
 from types import TracebackType
 from typing import Any
 
@@ -43,12 +44,27 @@ def _handler(signum: int, _frame: Any) -> None:
     raise Interrupted(name)
 
 
+def _unraisable(hook: Any) -> Any:
+    """sys.unraisablehook that stays quiet about an `Interrupted` Python could not raise (the
+    handler ran inside a callback whose exceptions are dropped: logging's after-fork hook when a
+    trial is spawned, a finalizer). The signal is recorded and `check()` raises it again, so the
+    user sees the one interrupted line, not "Exception ignored in …" and a traceback."""
+    def quiet(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, Interrupted):
+            return
+        hook(unraisable)
+    quiet.kit_signals = True  # type: ignore[attr-defined]
+    return quiet
+
+
 def install() -> dict[int, Any]:
     """Handle SIGINT/SIGTERM/SIGHUP from now on (main thread only); returns the previous handlers.
     Installing again (the CLI after the console script) keeps a signal already received."""
     global _pending, _stopped, _received
     if not installed():
         _pending, _stopped, _received = None, False, None
+    if not getattr(sys.unraisablehook, "kit_signals", False):
+        sys.unraisablehook = _unraisable(sys.unraisablehook)
     return {s: signal.signal(s, _handler) for s in HANDLED}
 
 
