@@ -241,3 +241,20 @@ def test_a_hanging_python_wrapper_leaves_no_process_after_the_probe(tmp_path, mo
     finally:
         for p in _alive_with(marker):
             os.kill(p, 9)
+
+
+# -- a manifest naming files outside its corpus ------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["../../../../etc/passwd", "/etc/passwd", "train/0000/../../../x.jpg", "train//a.jpg"])
+@pytest.mark.parametrize("command", ["verify", "datasize", "dataload"])
+def test_a_manifest_path_outside_the_corpus_is_refused_before_anything_is_opened(tmp_path, command, name):
+    files = [{"file": "train/0000/0.jpg", "label": 0, "bytes": 10}, {"file": name, "label": 0, "bytes": 10}]
+    corpus = fake_corpus(tmp_path / "c", json.dumps({"kind": "kitctl-image-corpus", "images": 2, "files": files}))
+    args = {"verify": ("data", "verify", str(corpus)),
+            "datasize": ("run", "datasize", "--corpus", str(corpus), "--formats", "folder", "--encodings", "jpeg90",
+                         "--sides", "64", "--workers", "1", "--runtime", "local", "--results-dir", str(tmp_path / "r")),
+            "dataload": ("run", "dataload", "--corpus", str(corpus), "--loaders", "pytorch-dataloader", "--workers", "1",
+                         "--runs", "1", "--runtime", "local", "--results-dir", str(tmp_path / "r"))}[command]
+    line = one_line_refusal(kitctl(*args))
+    assert "manifest.json" in line and "not a path inside the corpus" in line, line
+    assert not (tmp_path / "r").exists() or not list((tmp_path / "r").iterdir())

@@ -240,6 +240,11 @@ def read_corpus_manifest(corpus: str | Path) -> dict[str, Any]:
                     for f in files)):
         raise Fail(f"{path}: not a kitctl corpus manifest (kind, images and one file entry per image); "
                    "make the corpus again with `kitctl data make`")
+    for f in files:  # a manifest names files inside its corpus only: nothing outside it is opened
+        name = f["file"]
+        if not name or name.startswith("/") or "\\" in name or any(part in ("", ".", "..") for part in name.split("/")):
+            raise Fail(f"{path}: file {name[:80]!r} is not a path inside the corpus; "
+                       "make the corpus again with `kitctl data make`")
     return m
 
 
