@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import host_lacks
 from test_adversarial_cli import tiny_disk  # noqa: F401 - the fixture (a 64 KiB tmpfs, root only)
 
 ENTRY = [sys.executable, "-c", "from kitctl.entry import main; main()"]
@@ -258,3 +259,38 @@ def test_a_manifest_path_outside_the_corpus_is_refused_before_anything_is_opened
     line = one_line_refusal(kitctl(*args))
     assert "manifest.json" in line and "not a path inside the corpus" in line, line
     assert not (tmp_path / "r").exists() or not list((tmp_path / "r").iterdir())
+
+
+# -- a GPU decoder on a host without a GPU -----------------------------------------------------------------
+
+def _manifest(n: int) -> str:
+    files = [{"file": f"train/0000/{i}.jpg", "label": 0, "bytes": 10} for i in range(n)]
+    return json.dumps({"kind": "kitctl-image-corpus", "images": n, "files": files})
+
+
+@pytest.mark.parametrize("args", [
+    ("dataload", "--loaders", "pytorch-dataloader,dali-gpu"),
+    ("dataload", "--loaders", "pytorch-nvjpeg"),
+    ("train-e2e", "--loaders", "pytorch-nvjpeg", "--device", "cpu"),
+    ("train-e2e", "--loaders", "ffcv,pytorch-nvjpeg"),
+])
+def test_a_gpu_loader_asked_for_on_a_host_without_a_gpu_is_refused_in_one_line(tmp_path, args):
+    """No run of it can succeed here: one line and nothing written, not a failed cell and exit 1."""
+    from kitctl.datarun import detect_gpu
+
+    if detect_gpu() is not None:
+        host_lacks("no-gpu", "this host has a GPU: the loader would run")  # the CPU-host behaviour only
+    corpus = fake_corpus(tmp_path / "c", _manifest(64))
+    line = one_line_refusal(kitctl("run", args[0], "--corpus", str(corpus), *args[1:], "--runtime", "local",
+                                   "--results-dir", str(tmp_path / "r")))
+    assert "decode on the GPU" in line and ("no GPU on this host" in line or "--device cpu" in line), line
+    assert not (tmp_path / "r").exists() or not list((tmp_path / "r").iterdir())
+
+
+def test_train_e2e_default_loaders_leave_the_gpu_decoder_out_on_the_cpu(tmp_path):
+    from kitctl.benchmarks.train_e2e.config import TrainE2EConfig
+
+    corpus = fake_corpus(tmp_path / "c", _manifest(64))
+    cfg = TrainE2EConfig.from_flags(str(corpus), str(tmp_path / "ds"), "", "resnet18", "auto", "cpu", "1", "jpeg90",
+                                    64, 4, 1, 2, 1, None, None, sys.executable)
+    assert cfg.loaders == ("synthetic", "pytorch-dataloader", "webdataset", "ffcv"), cfg.loaders

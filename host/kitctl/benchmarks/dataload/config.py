@@ -10,8 +10,8 @@ from typing import Any
 
 from ...errors import Fail
 from ...runconfig import check_counts
-from ...datarun import DATA_ENCODINGS, LOADER_FORMAT, ReadCap, block_device, check_corpus, check_data_dir, \
-    check_workers, corpus_images, parse_ints, parse_names
+from ...datarun import DATA_ENCODINGS, GPU_LOADERS, LOADER_FORMAT, ReadCap, block_device, check_corpus, \
+    check_data_dir, check_workers, corpus_images, detect_gpu, parse_ints, parse_names
 from ...core.loader_window import LoaderWindow
 
 LOADERS = ("pytorch-dataloader", "webdataset", "ffcv", "pytorch-nvjpeg", "dali-cpu", "dali-gpu")
@@ -76,6 +76,10 @@ class DataloadConfig:
         py = python or sys.executable
         if not os.access(py, os.X_OK):
             raise Fail(f"--python {py}: not an executable")
+        on_gpu = [ld for ld in parse_names("--loaders", loaders, LOADERS) if ld in GPU_LOADERS]
+        if on_gpu and runtime == "local" and detect_gpu() is None:  # through Docker, gpu_attach says it
+            raise Fail(f"--loaders {','.join(on_gpu)}: {' and '.join(on_gpu)} decode on the GPU, and NVML finds no "
+                       "GPU on this host; leave them out, or run where there is one")
         c = check_corpus(corpus)
         srcs = parse_names("--source", sources, SOURCES)
         ddir = str(Path(data_dir).expanduser().resolve()) if data_dir else str(c.parent / "datasets")

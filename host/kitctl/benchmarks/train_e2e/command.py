@@ -14,9 +14,9 @@ from .config import TrainE2EConfig
 
 def train_e2e(
     loaders: Optional[str] = typer.Option(None, help="Comma list: pytorch-dataloader, webdataset, ffcv, pytorch-nvjpeg "
-                                          "(GPU), dali-cpu (default: the first four; with --runtime docker the "
-                                          "first three); synthetic (on-device data, the upper bound) always runs "
-                                          "first."),
+                                          "(GPU), dali-cpu (default: the first four, pytorch-nvjpeg left out on "
+                                          "a host without a GPU; with --runtime docker the first three); synthetic "
+                                          "(on-device data, the upper bound) always runs first."),
     model: str = typer.Option("resnet50", help="Comma list: resnet50, resnet18."),
     precision: str = typer.Option("auto", help="auto (bf16 autocast on CUDA, fp32 on CPU), bf16 or fp32."),
     device: str = typer.Option("auto", help="auto (CUDA when there is one), cpu or cuda."),

@@ -10,8 +10,8 @@ from typing import Any
 
 from ...datarun import DATA_ENCODINGS as ENCODINGS
 from ...datarun import LOADER_FORMAT as FORMAT_OF
-from ...datarun import LOADER_IMAGE, TORCH_IMAGES, check_corpus, check_data_dir, check_workers, corpus_images, \
-    detect_gpu, loader_image, loader_runtime, parse_ints, parse_names
+from ...datarun import GPU_LOADERS, LOADER_IMAGE, TORCH_IMAGES, check_corpus, check_data_dir, check_workers, \
+    corpus_images, detect_gpu, loader_image, loader_runtime, parse_ints, parse_names
 from ...errors import Fail
 from ...runconfig import check_counts
 from ...core.loader_window import STEADY_TOLERANCE, LoaderWindow
@@ -63,6 +63,7 @@ class TrainE2EConfig:
         whole epochs holding --steps batches, as it was measured."""
         if runtime not in DEFAULT_LOADERS:
             raise Fail(f"--runtime must be local or docker (got {runtime!r})")
+        given = bool(loaders)
         loaders = loaders or DEFAULT_LOADERS[runtime]
         for flag, v in (("--batch", batch), ("--warmup", warmup), ("--steps", steps), ("--runs", runs),
                         ("--side", side)):
@@ -111,6 +112,14 @@ class TrainE2EConfig:
                        "from it, upscaling what is smaller)")
         if device == "cuda" and runtime == "local" and detect_gpu() is None:
             raise Fail("--device cuda: NVML finds no GPU on this host; use --device cpu (or auto)")
+        on_gpu = [n for n in names if n in GPU_LOADERS]
+        if on_gpu and runtime == "local" and (device == "cpu" or (device == "auto" and detect_gpu() is None)):
+            # a GPU decoder cannot run here: no run of it could succeed (a failed cell and exit 1 on every run)
+            if given:
+                why = "--device cpu" if device == "cpu" else "NVML finds no GPU on this host"
+                raise Fail(f"--loaders {','.join(on_gpu)}: {' and '.join(on_gpu)} decode on the GPU ({why}); "
+                           "leave them out, or run where there is one")
+            names = tuple(n for n in names if n not in GPU_LOADERS)  # the default list, on a CPU host
         c = check_corpus(corpus)
         n = corpus_images(str(c), limit)
         if len(names) > 1 and steps * batch > n:
