@@ -120,7 +120,8 @@ def test_dataload_runs_cells_and_reports_with_a_plot(corpus, tmp_path):
         assert c["status"] == "ok" and len(c["runs"]) == 2
         assert c["summary"]["min"] <= c["summary"]["median"] <= c["summary"]["max"]
         for r in c["runs"]:
-            assert r["images"] == 24 and r["epochs"][0]["resident_before"] >= 0.98
+            # whole 24-image epochs until the window holds >= 0.01 s: one, or more on a fast host
+            assert r["images"] >= 24 and r["images"] % 24 == 0 and r["epochs"][0]["resident_before"] >= 0.98
             assert r["images_per_second"] == pytest.approx(r["images"] / r["window_seconds"])
             assert all(0 < e["first_batch_seconds"] <= e["seconds"] for e in r["epochs"])
     [ds] = (tmp_path / "ds").glob("folder-jpeg90-256-n24-c*")  # keyed by the corpus identity

@@ -181,7 +181,9 @@ def test_kitctl_dataload_dali_through_docker(client, dali_image, loader_image, t
         for r in cell["runs"]:
             assert r["versions"]["nvidia-dali-cuda130"] == "2.4.0" and r["versions"]["torch"] is None
             assert "decoders.image_random_crop (cpu)" in r["impl"]
-            assert r["batch_shape"] == [8, 224, 224, 3] and r["images"] == 16  # NHWC uint8
+            # NHWC uint8; whole 16-image epochs until the window holds >= 0.01 s (one, or more where one epoch
+            # reads faster than that here)
+            assert r["batch_shape"] == [8, 224, 224, 3] and r["images"] >= 16 and r["images"] % 16 == 0
             frac = r["epochs"][0]["resident_before"]
             assert frac <= 0.05 if source == "cold" else frac >= 0.98
     assert not client.containers.list(all=True, filters={"label": f"kit.run-id={doc['run_id']}"})

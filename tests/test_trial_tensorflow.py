@@ -151,7 +151,10 @@ def test_local_search_through_the_cli_ends_in_an_artifact(tmp_path):
     """fp32 and bf16, one candidate each (batch 2), through `kitctl run maxbatch --runtime local`."""
     p = subprocess.run([*ENTRY, "run", "maxbatch", "--runtime", "local", "--device", "cpu",
                         "--engines", "tensorflow-xla", "--precision", "both",
-                        "--start-batch", "2", "--max-batch", "2", "--results-dir", str(tmp_path)],
+                        "--start-batch", "2", "--max-batch", "2", "--results-dir", str(tmp_path),
+                        # TensorFlow's batch-2 step holds ~2,000 MiB here: the CPU's default cap (2,048 MiB at most)
+                        # sits on its edge, and a candidate over it is an `oom` and a second trial
+                        "--memory-limit", "4096"],
                        capture_output=True, text=True, timeout=1200, env={**os.environ, **FAST_XLA})
     assert p.returncode == 0, p.stderr + p.stdout
     (final,) = [f for f in tmp_path.glob("*.json") if not f.name.endswith(".partial.json")]
@@ -166,6 +169,7 @@ def test_local_search_through_the_cli_ends_in_an_artifact(tmp_path):
     for cell in doc["results"]:
         assert cell["search_status"] == "censored_at_max_batch"
         assert (cell["max_batch"], cell["next_batch"]) == (2, None)
+        assert len(cell["trials"]) == 1, [(t["batch"], t["status"], t.get("error")) for t in cell["trials"]]
         (t,) = cell["trials"]
         assert t["status"] == "ok" and t["exit_code"] == 0
         assert_ok(t["result"], cell["precision"])
