@@ -41,17 +41,21 @@ def fake_corpus(folder: Path, manifest_text: str) -> Path:
     return folder
 
 
+def reading_corpus(command: str, corpus: Path, results: Path) -> tuple[str, ...]:
+    """A command that reads the corpus's manifest first: data verify, run datasize or run dataload."""
+    return {"verify": ("data", "verify", str(corpus)),
+            "datasize": ("run", "datasize", "--corpus", str(corpus), "--formats", "folder", "--encodings", "jpeg90",
+                         "--sides", "64", "--workers", "1", "--runtime", "local", "--results-dir", str(results)),
+            "dataload": ("run", "dataload", "--corpus", str(corpus), "--loaders", "pytorch-dataloader", "--workers", "1",
+                         "--runs", "1", "--runtime", "local", "--results-dir", str(results))}[command]
+
+
 # -- deeply nested JSON ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("command", ["verify", "datasize", "dataload"])
 def test_a_corpus_manifest_nested_too_deeply_is_refused_in_one_line(tmp_path, command):
     corpus = fake_corpus(tmp_path / "c", DEEP)
-    args = {"verify": ("data", "verify", str(corpus)),
-            "datasize": ("run", "datasize", "--corpus", str(corpus), "--formats", "folder", "--encodings", "jpeg90",
-                         "--sides", "64", "--workers", "1", "--runtime", "local", "--results-dir", str(tmp_path / "r")),
-            "dataload": ("run", "dataload", "--corpus", str(corpus), "--loaders", "pytorch-dataloader", "--workers", "1",
-                         "--runs", "1", "--runtime", "local", "--results-dir", str(tmp_path / "r"))}[command]
-    line = one_line_refusal(kitctl(*args))
+    line = one_line_refusal(kitctl(*reading_corpus(command, corpus, tmp_path / "r")))
     assert "manifest.json" in line and "nested too deeply" in line, line
     assert not (tmp_path / "r").exists() or not list((tmp_path / "r").iterdir())
 
@@ -251,12 +255,7 @@ def test_a_hanging_python_wrapper_leaves_no_process_after_the_probe(tmp_path, mo
 def test_a_manifest_path_outside_the_corpus_is_refused_before_anything_is_opened(tmp_path, command, name):
     files = [{"file": "train/0000/0.jpg", "label": 0, "bytes": 10}, {"file": name, "label": 0, "bytes": 10}]
     corpus = fake_corpus(tmp_path / "c", json.dumps({"kind": "kitctl-image-corpus", "images": 2, "files": files}))
-    args = {"verify": ("data", "verify", str(corpus)),
-            "datasize": ("run", "datasize", "--corpus", str(corpus), "--formats", "folder", "--encodings", "jpeg90",
-                         "--sides", "64", "--workers", "1", "--runtime", "local", "--results-dir", str(tmp_path / "r")),
-            "dataload": ("run", "dataload", "--corpus", str(corpus), "--loaders", "pytorch-dataloader", "--workers", "1",
-                         "--runs", "1", "--runtime", "local", "--results-dir", str(tmp_path / "r"))}[command]
-    line = one_line_refusal(kitctl(*args))
+    line = one_line_refusal(kitctl(*reading_corpus(command, corpus, tmp_path / "r")))
     assert "manifest.json" in line and "not a path inside the corpus" in line, line
     assert not (tmp_path / "r").exists() or not list((tmp_path / "r").iterdir())
 

@@ -27,6 +27,22 @@ RELEASE_WAIT_S = 10.0
 RELEASE_SLACK_MIB = 64.0
 
 
+def seconds_until(released: Any, t_kill: float | None, wait_s: float) -> float | None:
+    """Seconds from `t_kill` (monotonic; now if None) until `released()` holds, polled every 5 ms;
+    None if it does not within `wait_s`. An exception from it is a transient NVML error: ask again."""
+    t_kill = t_kill if t_kill is not None else time.monotonic()
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            if released():
+                return round(time.monotonic() - t_kill, 3)
+        except Exception:  # noqa: BLE001 - a transient NVML error
+            pass
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.005)
+
+
 class NvmlSampler:
     """Implements core.watch.Watcher."""
 
@@ -94,17 +110,8 @@ class NvmlSampler:
         """Seconds from the gate's kill until the device is back within RELEASE_SLACK_MIB of the
         idle baseline; None if it is not back within release_wait_s (the artifact says so)."""
         base = self.baseline_mib or 0.0
-        t_kill = self._t_tripped if self._t_tripped is not None else time.monotonic()
-        deadline = time.monotonic() + self.release_wait_s
-        while True:
-            try:
-                if self.nvml.used_mib(self.h) - base <= RELEASE_SLACK_MIB:
-                    return round(time.monotonic() - t_kill, 3)
-            except Exception:  # a transient NVML error: ask again
-                pass
-            if time.monotonic() >= deadline:
-                return None
-            time.sleep(0.005)
+        return seconds_until(lambda: self.nvml.used_mib(self.h) - base <= RELEASE_SLACK_MIB, self._t_tripped,
+                             self.release_wait_s)
 
     @property
     def over_budget(self) -> bool:

@@ -29,6 +29,7 @@ from typing import Any
 
 from .gpu import Nvml
 from .outcome import KilledBy, MemoryPeaks
+from .sampler import seconds_until
 from .watch import CandidateHandle
 
 GPU_CONTEXT_ALLOWANCE_MIB = 512
@@ -244,17 +245,7 @@ class SlotWatcher:
     def _wait_released(self, s: _Slot) -> float | None:
         """Seconds from the gate's kill until NVML lists none of the candidate's processes; None if
         they are still listed after release_wait_s (the artifact says so)."""
-        t_kill = s.t_tripped if s.t_tripped is not None else time.monotonic()
-        deadline = time.monotonic() + self.release_wait_s
-        while True:
-            try:
-                if not (set(self.sampler.usage()) & s.pids):
-                    return round(time.monotonic() - t_kill, 3)
-            except Exception:  # a transient NVML error: ask again
-                pass
-            if time.monotonic() >= deadline:
-                return None
-            time.sleep(0.005)
+        return seconds_until(lambda: not (set(self.sampler.usage()) & s.pids), s.t_tripped, self.release_wait_s)
 
     @property
     def over_budget(self) -> bool:
