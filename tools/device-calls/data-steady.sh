@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Data loading under the steady window (the defaults: a warm-up epoch, then whole epochs until >= 50,000 images
+# and >= 30 s) on the lent H200, local runtime, 16 workers, from RAM, jpeg90@256, batch 256. Carry
+# [".whl", ".whl-data"] (tools/device-wheels.sh and tools/build-ffcv-wheel.sh here). From the repo root there:
+#   CALL_LIMIT_S=585 bash tools/device-calls/data-steady.sh STEP... 2>&1 | tee $OUT/data-steady.log
+# Steps, in the order given, each stopped (SIGINT: its partial is kept and copied to $OUT) when the call's time
+# is up:
+#   load       kitctl run dataload, LOADERS (default ffcv,pytorch-nvjpeg), RUNS runs (default 3)
+#   yardstick  tools/nvjpeg_pipeline.py on the same folder dataset: a plain batched decode_jpeg(device=cuda)
+#              pipeline timed by the same window (pytorch-nvjpeg's figure is set against it)
+#   e2e        kitctl run train-e2e, resnet50, E2E_LOADERS (default ffcv), E2E_RUNS runs (default 3): its
+#              loader-alone figure against dataload's for the same data, source and workers
+#   resume     RESUME=<partial>: continue a partial of a previous call on this (warm) machine
+# The corpus (DATA_IMAGES, default 20,000) is made once per machine under data/ and reused by a later call on
+# the same warm machine.
+set -u
+LIMIT=${CALL_LIMIT_S:-585}
+cd "$(dirname "$0")/../.."; . tools/device-calls/lib.sh
+IMAGES=${DATA_IMAGES:-20000}
+RUNS=${RUNS:-3}
+LOADERS=${LOADERS:-ffcv,pytorch-nvjpeg}
+E2E_LOADERS=${E2E_LOADERS:-ffcv}
+E2E_RUNS=${E2E_RUNS:-3}
+WORKERS=${WORKERS:-16}
+
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+  .whl-data/*.whl || { echo "pip install of .whl-data failed"; exit 2; }
+export PYTHONPATH=/tmp/site
+export KITCTL_CORPUS_SOURCES=$PWD/.whl-data/skimage-data
+ldconfig -p | grep -q 'libX11.so.6 ' || export LD_LIBRARY_PATH=$PWD/.whl-data/syslibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+say "GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader); $(nproc) cores; $(free -g | awk '/Mem/ {print $2}') GiB RAM"
+python3 -c "import ffcv, torch, torchvision; print('ffcv', ffcv.__version__, 'torch', torch.__version__, 'torchvision', torchvision.__version__)" || exit 2
+
+kit() {
+  local budget=$(( $(left) - 5 ))
+  if (( budget < 40 )); then say "skipped (only ${budget}s left): $*"; return; fi
+  say "kitctl $* (left $(left) s)"
+  local t0=$SECONDS
+  timeout -s INT "$budget" tools/device-kitctl.sh "$@" 2>&1 | grep -v '…$'
+  echo "rc=${PIPESTATUS[0]} after $(( SECONDS - t0 )) s"
+  save "$(ls -t results/*.json 2>/dev/null | grep -v partial | head -1)" "$(newest_partial)"
+}
+
+if [ ! -f data/corpus/manifest.json ]; then
+  say "data make $IMAGES images"
+  t0=$SECONDS
+  timeout -s INT $(( $(left) - 5 )) tools/device-kitctl.sh data make --out data/corpus --images "$IMAGES" --workers "$(nproc)"
+  say "data make: $(( SECONDS - t0 )) s"
+else
+  say "corpus exists"
+fi
+
+for step in "$@"; do
+  case $step in
+    load) kit run dataload --corpus data/corpus --loaders "$LOADERS" --workers "$WORKERS" --source ram \
+            --encoding jpeg90 --side 256 --runs "$RUNS" --batch 256 --timeout 300 ;;
+    yardstick)
+      ds=$(find data -maxdepth 3 -type d -name "folder-jpeg90-256-n${IMAGES}*" | head -1)
+      if [ -z "$ds" ] || (( $(left) < 60 )); then say "yardstick skipped (dataset '$ds', left $(left) s)"; continue; fi
+      say "tools/nvjpeg_pipeline.py --dataset $ds (left $(left) s)"
+      t0=$SECONDS
+      timeout -s INT $(( $(left) - 5 )) python3 tools/nvjpeg_pipeline.py --dataset "$ds" --batch 256 | tee "$OUT/nvjpeg-yardstick.json"
+      echo "rc=${PIPESTATUS[0]} after $(( SECONDS - t0 )) s" ;;
+    e2e) kit run train-e2e --corpus data/corpus --model resnet50 --loaders "$E2E_LOADERS" --workers "$WORKERS" \
+           --encoding jpeg90 --side 256 --batch 256 --runs "$E2E_RUNS" --timeout 300 ;;
+    resume) kit run "${RESUME_KIND:?RESUME_KIND=dataload|train-e2e}" --resume "${RESUME:?RESUME=<partial>}" ;;
+    *) say "unknown step $step" ;;
+  esac
+done
+say "done after ${SECONDS}s"
