@@ -234,7 +234,7 @@ def test_plain_progress_lines_say_done_left_and_eta():
     import io
 
     from kitctl.core.outcome import Status, TrialOutcome
-    from kitctl.view import PlainView
+    from kitctl.cli.view import PlainView
 
     out = io.StringIO()
     v = PlainView(out)

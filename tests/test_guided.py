@@ -322,8 +322,8 @@ def test_runner_guided_run_records_its_target_and_replays(tmp_path):
     from kitctl.core.budget import make_budget
     from kitctl.core.engines import ENGINES
     from kitctl.core.protocol import TrialRequest
-    from kitctl.launch import new_doc
-    from kitctl.view import PlainView
+    from kitctl.run.document import new_doc
+    from kitctl.cli.view import PlainView
 
     # ScriptedRuntime: peak = 800 + batch MiB, which reaches B = 16,120 at 15,320 images.
     rt = ScriptedRuntime(capacity=15320)

@@ -42,8 +42,8 @@ from kitctl.core.protocol import TrialRequest
 from kitctl.core.search import STRATEGIES, run_search
 from kitctl.core.slots import SlotSampler, SlotsError, fit, gate_offset, parse_slots
 from kitctl.core.speculate import replay, simulate
-from kitctl.launch import new_doc
-from kitctl.view import PlainView
+from kitctl.run.document import new_doc
+from kitctl.cli.view import PlainView
 from conftest import need_module  # noqa: E402
 
 ENTRY = [sys.executable, "-c", "from kitctl.entry import main; main()"]

@@ -28,9 +28,9 @@ from kitctl.benchmarks.maxbatch.report import meta_count
 from kitctl.benchmarks.maxbatch.run import Lane, Runner, RunPlan
 from kitctl.core.artifact import ArtifactStore, load, open_for_resume
 from kitctl.core.protocol import TrialRequest
-from kitctl.launch import new_doc
+from kitctl.run.document import new_doc
 from kitctl.runtimes.local import LocalRuntime
-from kitctl.view import PlainView
+from kitctl.cli.view import PlainView
 
 CAP = 203  # passes at or below
 SLOW_ABOVE = 300  # a candidate above runs 60 s: only a cancellation ends it early

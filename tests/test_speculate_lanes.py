@@ -32,9 +32,9 @@ from kitctl.core.budget import make_budget
 from kitctl.core.engines import ENGINES
 from kitctl.core.outcome import MemoryPeaks, Status, TrialOutcome
 from kitctl.core.protocol import TrialRequest
-from kitctl.launch import new_doc
+from kitctl.run.document import new_doc
 from kitctl.runtimes.base import Runtime, RuntimeUnavailable
-from kitctl.view import PlainView
+from kitctl.cli.view import PlainView
 from conftest import need_module  # noqa: E402
 
 UUIDS3 = [*UUIDS, "GPU-00000000-0000-0000-0000-00000000000c"]

@@ -6,8 +6,8 @@ from typing import Optional
 
 import typer
 
-from ...runconfig import O_CSV, O_JSON, O_PYTHON, O_RESULTS_DIR, O_RESUME_DATA
-from ... import datarun as common
+from ...run.config import O_CSV, O_JSON, O_PYTHON, O_RESULTS_DIR, O_RESUME_DATA
+from ..data import session as common
 from .config import DataloadConfig
 from ...core.loader_window import STEADY_TOLERANCE, WINDOW_IMAGES, WINDOW_SECONDS
 

@@ -128,7 +128,8 @@ def verify(
 ) -> None:
     """Check every file of a corpus or a dataset against its record: present, of its recorded size and SHA-256 (the
     benchmarks check sizes before every read; this reads every byte). Exit 0 when all match, 1 when not."""
-    from ...datarun import verify_corpus, verify_dataset
+    from ..data.corpus import verify_corpus
+    from ..data.datasets import verify_dataset
     from ...errors import EXIT_INCOMPLETE, Fail
 
     try:

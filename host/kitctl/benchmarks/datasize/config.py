@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import Fail
-from ...datarun import check_corpus, check_workers, parse_ints, parse_names
+from ..data.checks import check_corpus, check_workers, parse_ints, parse_names
 
 # The trial's vocabulary (trials/dataload/writers.py): the host never imports the trial.
 FORMATS = ("folder", "webdataset", "ffcv")
@@ -71,7 +71,8 @@ class DatasizeConfig:
                          "files on disk (ffcv pads to 8 MiB pages, tar adds headers)"}
 
     def runtime_record(self) -> dict[str, Any]:
-        from ...datarun import FORMAT_IMAGE, docker_runtime, loader_image
+        from ..data.images import docker_runtime, loader_image
+        from ..data.loaders import FORMAT_IMAGE
 
         if self.runtime != "docker":
             return {"name": "local", "interpreter": self.python}

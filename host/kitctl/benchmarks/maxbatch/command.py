@@ -1,4 +1,4 @@
-"""`kitctl run maxbatch`: its flags into a MaxbatchConfig, the run started through kitctl.launch."""
+"""`kitctl run maxbatch`: its flags into a MaxbatchConfig, the run started through kitctl.session."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -7,13 +7,13 @@ from typing import Optional
 
 import typer
 
-from ... import launch
+from ...run import session
 from ...core.device import default_cpu_max_batch
 from ...output import ResultOutput
 from ...core.search import STRATEGIES
 from ...errors import EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, Fail, err
 from ...runtimes.base import RuntimeUnavailable
-from ...runconfig import (O_ALLOW_CODE_CHANGE, O_CSV, O_CUDNN, O_DATA_DIR, O_DATASET, O_DEVICE, O_ENGINES, O_GPU,
+from ...run.config import (O_ALLOW_CODE_CHANGE, O_CSV, O_CUDNN, O_DATA_DIR, O_DATASET, O_DEVICE, O_ENGINES, O_GPU,
                           O_GPU_REQUEST, O_IDLE_THRESHOLD, O_IMAGE_SIZE, O_JSON, O_MEMORY_LIMIT, O_PRECISION,
                           O_PYTHON, O_REQUIRE_IDLE, O_RESERVE,
                           O_RESULTS_DIR, O_RESUME, O_RUNTIME, O_TIMEOUT, O_VRAM_LIMIT, Dataset, Device,
@@ -68,7 +68,7 @@ def maxbatch(
                               "per core); the answer is the one-slot search's."),
 ) -> None:
     """Largest training batch that completes one ResNet-50 step, per engine and precision."""
-    launch.check_output_flags(csv)
+    session.check_output_flags(csv)
     console = ResultOutput(as_json, csv)
     def new_config() -> MaxbatchConfig:
         choice = choose_device(device.value, memory_limit, runtime.value, python, engines, gpu=gpu, gpus=gpus,
@@ -83,15 +83,15 @@ def maxbatch(
                                         gpu_model, speculate, image_size=image_size, slots=slots)
         return cfg.with_run(replace(cfg.run, device_choice=choice))
 
-    s = launch.start("maxbatch", launch.given_flags(ctx), resume, timeout, gpu, results_dir, python,
+    s = session.start(MaxbatchConfig, session.given_flags(ctx), resume, timeout, gpu, results_dir, python,
                      require_gpu_idle, idle_threshold,
                      new_config,
                      gpu_request=gpu_request.value, allow_code_change=allow_code_change)
     cfg: MaxbatchConfig = s.config
     plan = RunPlan(engines=s.engines, precisions=list(cfg.run.precisions),
-                   base_request=launch.base_request("maxbatch", cfg.run, batch=1), search=cfg.search,
+                   base_request=session.base_request("maxbatch", cfg.run, batch=1), search=cfg.search,
                    strategy=cfg.strategy, timeout_s=cfg.run.timeout_s, budget=s.gpuctx.budget if s.gpuctx else None,
-                   calibration_batch=cfg.calibration_batch, watcher_factory=launch.watcher_factory(s.gpuctx))
+                   calibration_batch=cfg.calibration_batch, watcher_factory=session.watcher_factory(s.gpuctx))
     lanes = None
     slot_plan = None
     if cfg.slots != "1":
@@ -103,13 +103,14 @@ def maxbatch(
             err.print(f"kitctl: {exc}")
             raise typer.Exit(EXIT_USAGE)
     if s.gpus:
-        lanes = [Lane(rt, ctx.budget, launch.watcher_factory(ctx), {"index": ctx.info.index, "uuid": ctx.info.uuid})
+        lanes = [Lane(rt, ctx.budget, session.watcher_factory(ctx), {"index": ctx.info.index, "uuid": ctx.info.uuid})
                  for ctx, rt in s.gpus]
     if cfg.cluster:
-        from ... import cluster as ray_cluster
+        from ...runtimes import ray as ray_cluster
 
         try:
-            lanes = ray_cluster.lanes_for(cfg, s)
+            rts, budget, gate = ray_cluster.cluster_runtimes(cfg, s)
+            lanes = [Lane(rt, budget, gate, None) for rt in rts]
         except (Fail, RuntimeUnavailable) as exc:
             s.rt.close()
             s.store.release()
@@ -117,22 +118,22 @@ def maxbatch(
             err.print(f"kitctl: {exc}")
             raise typer.Exit(EXIT_USAGE)
         plan = replace(plan, budget=lanes[0].budget, watcher_factory=lanes[0].watcher_factory)
-    runner = Runner(plan, s.rt, s.store, s.doc, launch.make_view(None, s), lanes=lanes,
+    runner = Runner(plan, s.rt, s.store, s.doc, session.make_view(None, s), lanes=lanes,
                     speculate=cfg.speculate and not cfg.cluster,  # Ray lanes: one cell per node, as before
                     slot_plan=slot_plan)
     try:
-        doc, final = launch.execute(runner, s.store)
+        doc, final = session.execute(runner, s.store)
     finally:
         if cfg.cluster:
-            from ... import cluster as ray_cluster
+            from ...runtimes import ray as ray_cluster
 
             ray_cluster.disconnect()
     print_table(console, cfg.run.model, cfg.run.dataset, doc, final)
-    launch.finish_output(console, doc)
+    session.finish_output(console, doc)
     raise typer.Exit(EXIT_OK if all_have_capacity(doc) else EXIT_INCOMPLETE)
 
 
-def slot_lanes(cfg: MaxbatchConfig, s: launch.Setup, plan: RunPlan,
+def slot_lanes(cfg: MaxbatchConfig, s: session.Setup, plan: RunPlan,
                idle_threshold: float) -> tuple[list[Lane] | None, SlotPlan | None]:
     """--slots: how many fit the device (recorded as the artifact's "slots"), and one lane per slot,
     each with its own runtime (its own running candidate) on the run's one device. On a GPU one NVML

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 from ...core.search import STRATEGIES, SearchConfig
 from ...errors import Fail
-from ...runconfig import (BOOL, COMMON_KEYS, DEFAULT_IMAGE_SIZE, INT, STR, RunConfig, check_counts, check_min_batch,
+from ...run.config import (BOOL, COMMON_KEYS, DEFAULT_IMAGE_SIZE, INT, STR, RunConfig, check_counts, check_min_batch,
                           engine_names)
 
 DEFAULT_MAX_BATCH = 1 << 20
@@ -59,6 +59,8 @@ class MaxbatchConfig:
     # with one slot records exactly what a run before --slots did.
     slots: str = "1"
 
+    BENCHMARK: ClassVar[str] = "maxbatch"  # `kitctl run maxbatch`, the artifact's "benchmark"
+    TITLE: ClassVar[str] = "Max batch"  # in headings
     OWN_KEYS: ClassVar[dict[str, tuple[type, ...]]] = {"start_batch": INT, "max_batch": INT,
                                                         "calibration_batch": INT, "strategy": STR,
                                                         "gpus": STR + (type(None),),
@@ -78,7 +80,7 @@ class MaxbatchConfig:
                    image_size: int = DEFAULT_IMAGE_SIZE, slots: str = "1") -> MaxbatchConfig:
         names = engine_names(engines)
         if cluster is not None:
-            from ...cluster import check_form
+            from ...runtimes.ray import check_form
 
             check_form(cluster)
             if gpus is not None or gpu is not None:

@@ -3,7 +3,7 @@
 The runner only sees `Runtime`, `Watcher`, a strategy and the artifact store: it never knows
 which runtime ran a candidate, nor whether a GPU is behind the watcher. What every benchmark's
 runner shares (signals, saving after each unit, the loop over engines × precisions, cleanup) is
-`kitctl.runner.UnitRunner`; this module is max batch's cell.
+`kitctl.run.runner.UnitRunner`; this module is max batch's cell.
 """
 from __future__ import annotations
 
@@ -23,9 +23,8 @@ from ...core.search import STRATEGIES, SearchConfig, candidates_left
 from ...core.slots import gate_offset
 from ...core.speculate import candidates, replay, useless
 from ...core.signals import Interrupted  # noqa: F401  (re-exported: SIGINT/SIGTERM/SIGHUP during a run)
-from ...runner import UnitRunner, find_cell
+from ...run.runner import CANCELLED, UnitRunner, find_cell
 from ...runtimes.base import Runtime
-from ...view import CANCELLED
 
 MIB = 2**20
 

@@ -1,4 +1,4 @@
-"""`kitctl run throughput`: its flags into a ThroughputConfig, the run started through kitctl.launch."""
+"""`kitctl run throughput`: its flags into a ThroughputConfig, the run started through kitctl.session."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -7,10 +7,10 @@ from typing import Optional
 
 import typer
 
-from ... import launch
+from ...run import session
 from ...output import ResultOutput
 from ...errors import EXIT_INCOMPLETE, EXIT_OK
-from ...runconfig import (O_ALLOW_CODE_CHANGE, O_CSV, O_CUDNN, O_DATA_DIR, O_DATASET, O_DEVICE, O_ENGINES, O_GPU,
+from ...run.config import (O_ALLOW_CODE_CHANGE, O_CSV, O_CUDNN, O_DATA_DIR, O_DATASET, O_DEVICE, O_ENGINES, O_GPU,
                           O_GPU_REQUEST, O_IDLE_THRESHOLD, O_IMAGE_SIZE, O_JSON, O_MEMORY_LIMIT, O_PRECISION,
                           O_PYTHON, O_REQUIRE_IDLE, O_RESERVE,
                           O_RESULTS_DIR, O_RESUME, O_RUNTIME, O_TIMEOUT, O_VRAM_LIMIT, Dataset, Device,
@@ -65,7 +65,7 @@ def throughput(
     """Steady-state training images/s at one batch, per engine and precision, over fresh runs."""
     from .run import ThroughputPlan, ThroughputRunner
 
-    launch.check_output_flags(csv)
+    session.check_output_flags(csv)
     console = ResultOutput(as_json, csv)
     def new_config() -> ThroughputConfig:
         choice = choose_device(device.value, memory_limit, runtime.value, python, engines, gpu=gpu,
@@ -79,18 +79,18 @@ def throughput(
                                           max_warmup_seconds=max_warmup_seconds)
         return cfg.with_run(replace(cfg.run, device_choice=choice))
 
-    s = launch.start("throughput", launch.given_flags(ctx), resume, timeout, gpu, results_dir, python,
+    s = session.start(ThroughputConfig, session.given_flags(ctx), resume, timeout, gpu, results_dir, python,
                      require_gpu_idle, idle_threshold,
                      new_config,
                      gpu_request=gpu_request.value, allow_code_change=allow_code_change)
     cfg: ThroughputConfig = s.config
-    base = launch.base_request("throughput", cfg.run, **cfg.request_fields())
+    base = session.base_request("throughput", cfg.run, **cfg.request_fields())
     plan = ThroughputPlan(engines=s.engines, precisions=list(cfg.run.precisions), base_request=base, runs=cfg.runs,
                           timeout_s=cfg.run.timeout_s, budget=s.gpuctx.budget if s.gpuctx else None,
-                          ci_level=cfg.ci_level, watcher_factory=launch.watcher_factory(s.gpuctx, telemetry=True),
+                          ci_level=cfg.ci_level, watcher_factory=session.watcher_factory(s.gpuctx, telemetry=True),
                           steady_tolerance=cfg.steady_tolerance)
-    runner = ThroughputRunner(plan, s.rt, s.store, s.doc, launch.make_view(None, s))  # type: ignore[arg-type]
-    doc, final = launch.execute(runner, s.store)
+    runner = ThroughputRunner(plan, s.rt, s.store, s.doc, session.make_view(None, s))  # type: ignore[arg-type]
+    doc, final = session.execute(runner, s.store)
     print_table(console, cfg.run.model, cfg.run.dataset, cfg.batch, doc, final, cfg.run.image_size)
-    launch.finish_output(console, doc)
+    session.finish_output(console, doc)
     raise typer.Exit(EXIT_OK if all_ok(doc) else EXIT_INCOMPLETE)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from ...errors import Fail
-from ...runconfig import (COMMON_KEYS, DEFAULT_IMAGE_SIZE, INT, NUM, RunConfig, check_counts, check_min_batch,
+from ...run.config import (COMMON_KEYS, DEFAULT_IMAGE_SIZE, INT, NUM, RunConfig, check_counts, check_min_batch,
                           engine_names)
 
 CI_LEVEL = 0.95
@@ -34,6 +34,8 @@ class ThroughputConfig:
     steady_tolerance: float = STEADY_TOLERANCE
     max_warmup_seconds: float = MAX_WARMUP_SECONDS
 
+    BENCHMARK: ClassVar[str] = "throughput"  # `kitctl run throughput`, the artifact's "benchmark"
+    TITLE: ClassVar[str] = "Training throughput"  # in headings
     OWN_KEYS: ClassVar[dict[str, tuple[type, ...]]] = {"batch": INT, "runs": INT, "warmup_steps": INT + NONE,
                                                         "steps": INT + NONE}
     # Keys a run before the window rule did not write: absent means its fixed-steps behaviour.

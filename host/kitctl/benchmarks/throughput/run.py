@@ -17,7 +17,7 @@ from ...core.budget import Budget
 from ...core.engines import Engine
 from ...core.outcome import Status, TrialOutcome
 from ...core.protocol import TrialRequest
-from ...runner import UnitRunner, find_cell
+from ...run.runner import UnitRunner, find_cell
 from ...core.watch import Watcher
 from ...core.stats import median, summarize
 from ...core.steadiness import cell_steadiness

@@ -11,13 +11,13 @@ from typing import Any
 
 import typer
 
-from . import benchmarks, doctor
-from .core import signals
-from .core.signals import Interrupted
-from .errors import EXIT_INTERRUPTED, EXIT_USAGE, err
-from .images import cli as images_cli
-from .reports.cli import register as register_reports
-from .runtimes import clean
+from .. import benchmarks, doctor
+from ..core import signals
+from ..core.signals import Interrupted
+from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, err
+from ..images import cli as images_cli
+from ..reports.cli import register as register_reports
+from ..runtimes import clean
 
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Containerized benchmarks for deep-learning engines: max batch, training throughput, data loading.")
@@ -25,8 +25,8 @@ app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False,
 
 def version_text() -> str:
     """"kitctl 0.1.0 (commit 1a2b3c4d5e6f, dirty)": the version and the commit the code came from."""
-    from . import __version__
-    from .core.provenance import git_state
+    from .. import __version__
+    from ..core.provenance import git_state
 
     try:
         state = git_state()

@@ -13,7 +13,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .core.outcome import TrialOutcome
+from ..core.outcome import TrialOutcome
+from ..run.runner import CANCELLED
 
 MAX_ROWS = 30  # the live table keeps the latest candidates; the artifact keeps them all
 
@@ -31,7 +32,6 @@ def _peak_text(o: TrialOutcome) -> str:
     return "—"
 
 
-CANCELLED = "cancelled"  # the runner's `what` for a speculative candidate it stopped (core/speculate.py)
 
 
 def _done_text(o: TrialOutcome, what: str) -> str:

@@ -14,9 +14,9 @@ from typing import Any
 
 import typer
 
-from .core.device import DeviceChoice, choose
-from .core.engines import ENGINES, MODEL_MIN_BATCH, parse_engines
-from .errors import Fail
+from ..core.device import DeviceChoice, choose
+from ..core.engines import ENGINES, MODEL_MIN_BATCH, parse_engines
+from ..errors import Fail
 
 DEFAULT_TIMEOUT_S = 900.0
 # Sane bounds, checked before anything is written (a run's and a resumed partial's alike).

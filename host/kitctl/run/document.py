@@ -1,0 +1,43 @@
+"""A new engine run's artifact document: the host, the kit, the configuration, the budget and each engine with
+the provenance of what its runtime will run."""
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from ..core import artifact as art
+from ..core.provenance import host_info, image_trial_code, kit_info, trial_code
+from ..errors import err
+from .gpus import GpuContext
+
+
+def _trial_code(rt: Any, engine: str) -> dict[str, Any] | None:
+    """The content hash of the trial that runs: the checkout's (local) or the image's (Docker)."""
+    if rt.name != "docker":
+        return trial_code(engine).to_json()
+    try:
+        code = image_trial_code(rt.client, rt.image_for(engine), engine)
+    except Exception as exc:  # provenance is recorded, not required: the image id still says it
+        why = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        err.print(f"kitctl: note: cannot hash the trial in {rt.image_for(engine)}: {why}")
+        return None
+    return code.to_json() if code else None
+
+
+def new_doc(run_id: str, config: Any, gpuctx: GpuContext | None, rt: Any, engines: list,
+            benchmark: str | None = None) -> dict[str, Any]:
+    if benchmark is None:  # the benchmark whose configuration this is
+        benchmark = config.BENCHMARK
+    host = host_info()
+    if gpuctx is not None:
+        host["gpu"] = gpuctx.info.to_json()
+    now = art.utc_iso()
+    return {
+        "schema_version": art.SCHEMA_VERSION, "kind": "kitctl-artifact", "benchmark": benchmark,
+        "run_id": run_id, "state": "running", "created_utc": now, "updated_utc": now, "finished_utc": None,
+        "kit": kit_info(), "argv": sys.argv, "host": host, "runtime": {"name": rt.name},
+        "configuration": config.to_json(), "budget": gpuctx.budget.to_json() if gpuctx else None,
+        "engines": {e.name: {"label": e.label, "mode": e.mode, "framework_cap": e.framework_cap,
+                             "provenance": {}, "versions": None} for e in engines},
+        "results": [],
+    }
