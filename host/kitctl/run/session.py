@@ -16,8 +16,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-import typer
-from rich.console import Console
 
 from ..core import artifact as art
 from ..core import signals
@@ -28,7 +26,7 @@ from ..core.engines import EngineError, parse_engines
 from ..core.paths import kit_root
 from ..core.protocol import TrialRequest
 from ..core.signals import Interrupted
-from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, Fail, err
+from ..errors import EXIT_INTERRUPTED, Fail, fail
 from ..runtimes.base import RuntimeUnavailable
 from ..runtimes.factory import make_runtime
 from ..runtimes.runstate import sweep_local_orphans
@@ -73,16 +71,6 @@ class Setup:
     config: Any  # the benchmark's typed config, as the run uses it (the data folder resolved)
     # --gpus: every listed GPU with its own context and runtime, the run's own (gpuctx, rt) first
     gpus: list[tuple[GpuContext, Any]] | None = None
-
-
-def given_flags(ctx: typer.Context) -> list[tuple[str, str]]:
-    """(parameter, flag as typed) of every option given on the command line or from the environment."""
-    out = []
-    for p in ctx.command.params:
-        src = ctx.get_parameter_source(p.name) if p.name else None
-        if src is not None and src.name not in ("DEFAULT", "DEFAULT_MAP"):
-            out.append((p.name, max(p.opts, key=len) if p.opts else p.name))
-    return out
 
 
 def refuse_beside_resume(given: list[tuple[str, str]]) -> None:
@@ -229,11 +217,9 @@ def start(config_type: Any, given: list[tuple[str, str]], resume: Path | None, t
         ready = True
     except Interrupted as exc:
         signals.stop_interrupting()
-        err.print(f"kitctl: interrupted ({exc}) before the run started; nothing written")
-        raise typer.Exit(EXIT_INTERRUPTED)
+        raise fail(f"interrupted ({exc}) before the run started; nothing written", EXIT_INTERRUPTED)
     except (Fail, EngineError, DataError, ArtifactError, BudgetError, ValueError) as exc:
-        err.print(f"kitctl: {exc}")
-        raise typer.Exit(EXIT_USAGE)
+        raise fail(exc)
     finally:
         if not ready and store is not None:
             store.release()
@@ -307,19 +293,6 @@ def watcher_factory(gpuctx: GpuContext | None, telemetry: bool = False):
     return factory
 
 
-def make_view(console: Console | None, s: Setup):
-    """The live view, on stderr (`console`: a stderr console, default the process's), titled with the
-    benchmark."""
-    from ..output import stderr_console
-    from ..cli.view import make_view as _view
-
-    view = _view(console or stderr_console(), f"{s.config.TITLE} — candidates")
-    for n in s.notes:
-        view.note(n)
-    view.note(f"run {s.doc['run_id']} ({s.rt.name} runtime)")
-    return view
-
-
 def check_output_flags(csv: Path | None) -> None:
     """--csv's file must be writable where it is named: refused before the run, in one line."""
     from ..output import check_csv_path
@@ -327,8 +300,7 @@ def check_output_flags(csv: Path | None) -> None:
     try:
         check_csv_path(csv)
     except Fail as exc:
-        err.print(f"kitctl: {exc}")
-        raise typer.Exit(EXIT_USAGE) from None
+        raise fail(exc) from None
 
 
 def finish_output(out: Any, doc: dict[str, Any]) -> None:
@@ -336,8 +308,7 @@ def finish_output(out: Any, doc: dict[str, Any]) -> None:
     try:
         out.finish(doc)
     except Fail as exc:
-        err.print(f"kitctl: {exc} (the artifact is written)")
-        raise typer.Exit(EXIT_USAGE) from None
+        raise fail(f"{exc} (the artifact is written)") from None
 
 
 def _kept(store: ArtifactStore, when: str = "") -> str:
@@ -359,20 +330,16 @@ def execute(runner: Any, store: ArtifactStore) -> tuple[dict[str, Any], Path]:
     except Interrupted as exc:
         signals.stop_interrupting()
         view.close()
-        err.print(f"kitctl: interrupted ({exc}); {_kept(store)}")
-        raise typer.Exit(EXIT_INTERRUPTED)
+        raise fail(f"interrupted ({exc}); {_kept(store)}", EXIT_INTERRUPTED)
     except ArtifactWriteError as exc:
         view.close()
-        err.print(f"kitctl: {exc}; {_kept(store, ' once it can be written')}")
-        raise typer.Exit(EXIT_USAGE)
+        raise fail(f"{exc}; {_kept(store, ' once it can be written')}")
     except ArtifactError as exc:
         view.close()
-        err.print(f"kitctl: {exc}")
-        raise typer.Exit(EXIT_USAGE)
+        raise fail(exc)
     except RuntimeUnavailable as exc:
         view.close()
-        err.print(f"kitctl: {exc}; {_kept(store)}")
-        raise typer.Exit(EXIT_USAGE)
+        raise fail(f"{exc}; {_kept(store)}")
     finally:
         store.release()
     view.close()

@@ -7,14 +7,13 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable
 
-import typer
 
 from ...core import artifact as art
 from ...core import signals
 from ...core.gpu import detect_gpu
 from ...core.provenance import host_info, kit_info
 from ...core.signals import Interrupted
-from ...errors import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Fail, err
+from ...errors import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, Exit, Fail, fail
 
 
 def new_doc(benchmark: str, config_json: dict[str, Any], gpu: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -64,29 +63,25 @@ def run_command(benchmark: str, results_dir: Path, resume: Path | None, new_conf
     try:
         check_csv_path(csv)
     except Fail as exc:
-        err.print(f"kitctl: {exc}")
-        raise typer.Exit(EXIT_USAGE) from None
+        raise fail(exc) from None
     console = ResultOutput(as_json, csv)  # the end table (stdout) or --json; progress notes on stderr
     progress = stderr_console()
     try:
         store, doc, cfg = open_store(benchmark, results_dir, resume, new_config, config_of, uses_gpu)
     except Fail as exc:
-        err.print(f"kitctl: {exc}")
-        raise typer.Exit(EXIT_USAGE) from None
+        raise fail(exc) from None
     try:  # an absent image (docker runtime) is refused before anything runs
         doc["runtime"] = runtime_of(cfg)
     except Fail as exc:
         store.release()
-        err.print(f"kitctl: {exc}")
-        raise typer.Exit(EXIT_USAGE) from None
+        raise fail(exc) from None
     final = execute(store, doc, lambda: body(cfg, store, doc, progress.print))
     print_table(console, doc, final)
     try:
         console.finish(doc)
     except Fail as exc:
-        err.print(f"kitctl: {exc} (the artifact is written)")
-        raise typer.Exit(EXIT_USAGE) from None
-    raise typer.Exit(EXIT_OK if all_ok(doc) else EXIT_INCOMPLETE)
+        raise fail(f"{exc} (the artifact is written)") from None
+    raise Exit(EXIT_OK if all_ok(doc) else EXIT_INCOMPLETE)
 
 
 def save(store: art.ArtifactStore, doc: dict[str, Any]) -> None:
@@ -112,10 +107,8 @@ def execute(store: art.ArtifactStore, doc: dict[str, Any], body: Callable[[], No
             kept = f"partial artifact kept: {store.partial} (continue with --resume {store.partial})"
         except art.ArtifactError:
             kept = "nothing written"
-        err.print(f"kitctl: interrupted ({exc}); {kept}")
-        raise typer.Exit(EXIT_INTERRUPTED)
+        raise fail(f"interrupted ({exc}); {kept}", EXIT_INTERRUPTED)
     except art.ArtifactError as exc:
-        err.print(f"kitctl: {exc}")
-        raise typer.Exit(EXIT_USAGE)
+        raise fail(exc)
     finally:
         store.release()
