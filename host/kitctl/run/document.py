@@ -6,7 +6,7 @@ import sys
 from typing import Any
 
 from ..core import artifact as art
-from ..core.provenance import host_info, image_trial_code, kit_info, trial_code
+from ..core.provenance import host_info, kit_info, trial_code
 from ..errors import err
 from .gpus import GpuContext
 
@@ -16,6 +16,8 @@ def _trial_code(rt: Any, engine: str) -> dict[str, Any] | None:
     if rt.name != "docker":
         return trial_code(engine).to_json()
     try:
+        from ..runtimes.docker.client import image_trial_code
+
         code = image_trial_code(rt.client, rt.image_for(engine), engine)
     except Exception as exc:  # provenance is recorded, not required: the image id still says it
         why = (str(exc).splitlines() or [type(exc).__name__])[0][:200]

@@ -1,0 +1,131 @@
+"""The host package's shape, read from its source (nothing imported): no module-level import cycle, and the
+command-line framework (typer) imported only by the CLI package (docs/architecture.md)."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parent.parent / "host" / "kitctl"
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    """kitctl.<dotted name> -> (file, is a package's __init__)."""
+    out = {}
+    for p in sorted(PKG.rglob("*.py")):
+        parts = list(p.relative_to(PKG.parent).with_suffix("").parts)
+        is_pkg = parts[-1] == "__init__"
+        out[".".join(parts[:-1] if is_pkg else parts)] = (p, is_pkg)
+    return out
+
+
+def _top_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """Imports run when the module is imported: its body's, and those in a top-level if/try (not the
+    `if TYPE_CHECKING:` ones, nor any inside a function: those run later, when called)."""
+    out: list[ast.Import | ast.ImportFrom] = []
+    for node in tree.body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            continue
+        for n in ast.walk(node) if isinstance(node, (ast.If, ast.Try)) else [node]:
+            if isinstance(n, (ast.Import, ast.ImportFrom)):
+                out.append(n)
+    return out
+
+
+def _targets(name: str, is_pkg: bool, node: ast.Import | ast.ImportFrom, mods: dict) -> set[str]:
+    """The kitctl modules an import statement names (a `from pkg import mod` names pkg.mod)."""
+    if isinstance(node, ast.Import):
+        found = {a.name for a in node.names if a.name.split(".")[0] == "kitctl"}
+    else:
+        if node.level:
+            base = name.split(".") if is_pkg else name.split(".")[:-1]
+            base = base[:len(base) - (node.level - 1)]
+            target = ".".join(base + ([node.module] if node.module else []))
+        else:
+            target = node.module or ""
+            if target.split(".")[0] != "kitctl":
+                return set()
+        found = {f"{target}.{a.name}" if f"{target}.{a.name}" in mods else target for a in node.names}
+    out = set()
+    for t in found:
+        while t and t not in mods:  # `kitctl.x.name`: the module kitctl.x
+            t = t.rpartition(".")[0]
+        if t and t != name:
+            out.add(t)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    mods = _modules()
+    return {name: set().union(*[_targets(name, is_pkg, n, mods)
+                                for n in _top_level_imports(ast.parse(path.read_text(encoding="utf-8")))])
+            for name, (path, is_pkg) in mods.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_graph_reader_sees_a_cycle_when_there_is_one():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_host_package_has_no_module_level_import_cycle():
+    graph = import_graph()
+    assert "kitctl.cli.app" in graph and "kitctl.run.session" in graph["kitctl.benchmarks.maxbatch.command"]
+    assert cycles(graph) == []
+
+
+def test_only_the_cli_package_imports_typer():
+    outside = []
+    for p in sorted(PKG.rglob("*.py")):
+        rel = p.relative_to(PKG)
+        for n in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            names = ([a.name for a in n.names] if isinstance(n, ast.Import)
+                     else [n.module or ""] if isinstance(n, ast.ImportFrom) and not n.level else [])
+            if any(x.split(".")[0] in ("typer", "click") for x in names) and rel.parts[0] != "cli":
+                outside.append(str(rel))
+    assert outside == []
+
+
+def test_exit_codes_are_defined_only_in_errors():
+    defined = []
+    for p in sorted(PKG.rglob("*.py")):
+        for n in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if isinstance(n, ast.Assign):
+                for t in n.targets:
+                    for x in ast.walk(t):
+                        if isinstance(x, ast.Name) and x.id.startswith("EXIT_"):
+                            defined.append(f"{p.relative_to(PKG)}: {x.id}")
+    assert defined and all(d.startswith("errors.py:") for d in defined), defined
