@@ -414,7 +414,7 @@ def local_partial(folder: Path, trials: tuple[tuple[int, str], ...] = (), start:
     from kitctl.run.document import new_doc as _new_doc
     from kitctl.core.engines import parse_engines
     from kitctl.core.outcome import MemoryPeaks, Status, TrialOutcome
-    from kitctl.benchmarks.maxbatch.run import new_cell
+    from kitctl.benchmarks.maxbatch.cells import new_cell
     from kitctl.runtimes.local import LocalRuntime
 
     cfg = MaxbatchConfig.from_flags("pytorch-eager", "fp32", "cpu", None, 256, start, max_batch, 60.0, "local", "synthetic",

@@ -15,7 +15,7 @@ from kitctl.core.outcome import MemoryPeaks, Status, TrialOutcome
 from kitctl.core.protocol import TrialRequest
 from kitctl.benchmarks.maxbatch.run import Runner, RunPlan
 from kitctl.runtimes.base import Runtime, RuntimeUnavailable
-from kitctl.core.search import SearchConfig
+from kitctl.benchmarks.maxbatch.search.protocol import SearchConfig
 from kitctl.cli.view import PlainView
 
 

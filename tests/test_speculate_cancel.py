@@ -1,4 +1,4 @@
-"""Cancelling speculative candidates the search can no longer use (core/speculate.py `useless`,
+"""Cancelling speculative candidates the search can no longer use (benchmarks/maxbatch/search/speculate.py `useless`,
 the max-batch runner): the cancelled candidate's processes are gone, its lane moves on, the
 answer and its path equal the one-lane run's, the cancellation is recorded beside the trials
 (never as a capacity), the report counts it and `--resume` of a partial holding one replays to

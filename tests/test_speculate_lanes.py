@@ -24,9 +24,10 @@ from test_gpus import FAKE_MAIN, TESTS, UUIDS, _setup, answers
 from test_runner import NullWatcher
 
 from kitctl.benchmarks.maxbatch.config import MaxbatchConfig
-from kitctl.benchmarks.maxbatch.run import Lane, Runner, RunPlan, cell_search, trial_entry
-from kitctl.core.search import STRATEGIES
-from kitctl.core.speculate import replay
+from kitctl.benchmarks.maxbatch.run import Lane, Runner, RunPlan
+from kitctl.benchmarks.maxbatch.cells import cell_search, trial_entry
+from kitctl.benchmarks.maxbatch.search.strategies import STRATEGIES
+from kitctl.benchmarks.maxbatch.search.speculate import replay
 from kitctl.core.artifact import ArtifactStore, load, open_for_resume
 from kitctl.core.budget import make_budget
 from kitctl.core.engines import ENGINES

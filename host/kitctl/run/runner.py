@@ -23,7 +23,8 @@ from ..core.watch import Watcher
 from ..runtimes.base import Runtime, RuntimeUnavailable
 
 
-CANCELLED = "cancelled"  # the `what` a view is told for a speculative candidate the runner stopped (core/speculate.py)
+# The `what` a view is told for a speculative candidate the runner stopped (maxbatch/search/speculate.py).
+CANCELLED = "cancelled"
 
 
 class View(Protocol):

@@ -8,7 +8,7 @@ from typing import Optional
 from ...run import session
 from ...core.device import default_cpu_max_batch
 from ...output import ResultOutput
-from ...core.search import STRATEGIES
+from .search.strategies import STRATEGIES
 from ...errors import EXIT_INCOMPLETE, EXIT_OK, Exit, Fail, fail
 from ...runtimes.base import RuntimeUnavailable
 from ...cli.options import (O_ALLOW_CODE_CHANGE, O_CSV, O_CUDNN, O_DATASET, O_DATA_DIR, O_DEVICE, O_ENGINES, O_GPU,

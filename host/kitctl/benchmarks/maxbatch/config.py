@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from ...core.search import STRATEGIES, SearchConfig
+from .search.protocol import SearchConfig
+from .search.strategies import STRATEGIES
 from ...errors import Fail
 from ...run.config import (BOOL, COMMON_KEYS, DEFAULT_IMAGE_SIZE, INT, STR, RunConfig, check_counts, check_min_batch,
                           engine_names)
@@ -52,7 +53,7 @@ class MaxbatchConfig:
     cluster: str | None = None  # --cluster ray://HOST:PORT | auto: cells placed by Ray
     gpu_model: str | None = None  # --gpu-model: only nodes offering that custom resource
     # --speculate: lanes left without a cell of their own run further candidates of a running
-    # cell (core/speculate.py); the answer is the sequential search's either way.
+    # cell (benchmarks/maxbatch/search/speculate.py); the answer is the sequential search's either way.
     speculate: bool = True
     # --slots: up to N candidates of one search at once on one device ("1": one at a time, "auto":
     # as many as fit; core/slots.py). Written into the configuration only when not "1", so a run
@@ -144,6 +145,6 @@ class MaxbatchConfig:
 
     def cell_problem(self, cell: dict[str, Any]) -> str | None:
         """Why a partial's recorded cell is not one this search could have left, or None."""
-        from .run import cell_search, replay_problem, slot_offset
+        from .cells import cell_search, replay_problem, slot_offset
 
         return replay_problem(cell["trials"], cell_search(self.search, cell), self.strategy, slot_offset(cell))
