@@ -111,7 +111,7 @@ def test_the_graph_reader_sees_a_cycle_when_there_is_one():
 
 def test_the_host_package_has_no_module_level_import_cycle():
     graph = import_graph()
-    assert "kitctl.cli.app" in graph and "kitctl.run.session" in graph["kitctl.benchmarks.maxbatch.command"]
+    assert "kitctl.cli.application" in graph and "kitctl.run.session" in graph["kitctl.benchmarks.maxbatch.command"]
     assert cycles(graph) == []
 
 
@@ -151,3 +151,22 @@ def test_no_module_is_over_500_lines():
     long = {str(p.relative_to(PKG)): n for p in sorted(PKG.rglob("*.py"))
             if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
     assert long == {}
+
+
+def test_each_benchmark_module_imports_first_in_a_fresh_interpreter():
+    """The registry loads benchmarks by name (importlib), which no graph above sees: a benchmark's module
+    imported before anything else must not come back to itself through the CLI package and the registry."""
+    import os
+    import subprocess
+    import sys
+
+    names = sorted({f"kitctl.benchmarks.{p.parent.name}.{p.stem}" for p in PKG.glob("benchmarks/*/*.py")
+                    if p.stem != "__init__" and p.parent.name != "data"})
+    code = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m)\n"
+    bad = []
+    for name in names:
+        p = subprocess.run([sys.executable, "-c", code, name], capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": str(PKG.parent)})
+        if p.returncode:
+            bad.append(f"{name}: {(p.stderr.strip().splitlines() or ['?'])[-1]}")
+    assert len(names) > 20 and bad == [], bad
