@@ -2,11 +2,10 @@
 the provenance of what its runtime will run."""
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from ..core import artifact as art
-from ..core.provenance import host_info, kit_info, trial_code
+from ..core.provenance import host_info, trial_code
 from ..errors import err
 from .gpus import GpuContext
 
@@ -33,13 +32,7 @@ def new_doc(run_id: str, config: Any, gpuctx: GpuContext | None, rt: Any, engine
     host = host_info()
     if gpuctx is not None:
         host["gpu"] = gpuctx.info.to_json()
-    now = art.utc_iso()
-    return {
-        "schema_version": art.SCHEMA_VERSION, "kind": "kitctl-artifact", "benchmark": benchmark,
-        "run_id": run_id, "state": "running", "created_utc": now, "updated_utc": now, "finished_utc": None,
-        "kit": kit_info(), "argv": sys.argv, "host": host, "runtime": {"name": rt.name},
-        "configuration": config.to_json(), "budget": gpuctx.budget.to_json() if gpuctx else None,
-        "engines": {e.name: {"label": e.label, "mode": e.mode, "framework_cap": e.framework_cap,
-                             "provenance": {}, "versions": None} for e in engines},
-        "results": [],
-    }
+    return art.new_document(benchmark, run_id, config.to_json(), host, {"name": rt.name},
+                            gpuctx.budget.to_json() if gpuctx else None,
+                            {e.name: {"label": e.label, "mode": e.mode, "framework_cap": e.framework_cap,
+                                      "provenance": {}, "versions": None} for e in engines})

@@ -11,21 +11,17 @@ from typing import Any, Callable
 from ...core import artifact as art
 from ...core import signals
 from ...core.gpu import detect_gpu
-from ...core.provenance import host_info, kit_info
+from ...core.provenance import host_info
 from ...core.signals import Interrupted
 from ...errors import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, Exit, Fail, fail
 
 
 def new_doc(benchmark: str, config_json: dict[str, Any], gpu: dict[str, Any] | None = None) -> dict[str, Any]:
     """A new data artifact; `gpu`: the GPU its trials may use (detect_gpu), else host.gpu is null."""
-    now = art.utc_iso()
     host = host_info()
     host["gpu"] = gpu
-    return {"schema_version": art.SCHEMA_VERSION, "kind": "kitctl-artifact", "benchmark": benchmark,
-            "run_id": uuid.uuid4().hex[:12], "state": "running", "created_utc": now, "updated_utc": now,
-            "finished_utc": None, "kit": kit_info(), "argv": sys.argv, "host": host,
-            "runtime": {"name": "local", "interpreter": None}, "configuration": config_json, "budget": None,
-            "engines": {}, "results": []}
+    return art.new_document(benchmark, uuid.uuid4().hex[:12], config_json, host,
+                            {"name": "local", "interpreter": None})
 
 
 def open_store(benchmark: str, results_dir: Path, resume: Path | None,

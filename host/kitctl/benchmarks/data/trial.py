@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from ...core.paths import kit_root
+from ...core.protocol import result_line
 from .images import loader_image
 from .loaders import FORMAT_IMAGE
 from .throttle import ReadCap
 
 
-RESULT_PREFIX = "KIT-RESULT "
 STDERR_TAIL = 4000
 
 
@@ -96,11 +96,11 @@ def _exit_text(rc: int | None) -> str:
 def trial_outcome(out: str, errs: str, rc: int | None, elapsed: float) -> TrialRun:
     """A finished trial process (local or in a container) from its stdout, stderr and exit status."""
     tail = errs[-STDERR_TAIL:]
-    lines = [ln for ln in out.splitlines() if ln.startswith(RESULT_PREFIX)]
-    if not lines:
+    line = result_line(out)
+    if line is None:
         return TrialRun("crash", None, rc, elapsed, f"no result line (exit {_exit_text(rc)})", tail)
     try:
-        result = json.loads(lines[-1][len(RESULT_PREFIX):])
+        result = json.loads(line)
     except ValueError:
         result = None
     if not isinstance(result, dict):
