@@ -73,12 +73,13 @@ class Setup:
     gpus: list[tuple[GpuContext, Any]] | None = None
 
 
-def refuse_beside_resume(given: list[tuple[str, str]]) -> None:
+def refuse_beside_resume(given: list[tuple[str, str]], accepts: tuple[str, ...] = RESUME_ACCEPTS) -> None:
     """A resume continues the partial's configuration: a flag that would change it is refused,
-    never silently ignored."""
-    extra = [flag for name, flag in given if name not in RESUME_ACCEPTS + OUTPUT_FLAGS]
+    never silently ignored (`accepts`: the parameters a benchmark's --resume takes beside it; the data
+    benchmarks' takes none but the output flags)."""
+    extra = [flag for name, flag in given if name not in accepts + OUTPUT_FLAGS]
     if extra:
-        accepted = ", ".join("--" + n.replace("_", "-") for n in RESUME_ACCEPTS if n != "resume")
+        accepted = ", ".join("--" + n.replace("_", "-") for n in accepts if n != "resume") or "--json and --csv"
         raise Fail(f"--resume continues the partial's own configuration: {', '.join(extra)} cannot apply "
                    f"(beside --resume only {accepted})")
 

@@ -49,11 +49,20 @@ def run_command(benchmark: str, results_dir: Path, resume: Path | None, new_conf
                 config_of: Callable[[dict[str, Any]], Any], runtime_of: Callable[[Any], dict[str, Any]],
                 body: Callable[[Any, art.ArtifactStore, dict[str, Any], Callable[[str], None]], None],
                 print_table: Callable[..., None], all_ok: Callable[[dict[str, Any]], bool],
-                uses_gpu: bool = False, as_json: bool = False, csv: Path | None = None) -> None:
+                uses_gpu: bool = False, as_json: bool = False, csv: Path | None = None,
+                given: list[tuple[str, str]] = ()) -> None:
     """What every data benchmark's `kitctl run` does after parsing its flags: open the run (new or
     --resume; bad input is one line, exit 2), record its runtime (and, `uses_gpu`, the GPU its trials see),
     run its units (body(cfg, store, doc, note) saves after each), print its end table and exit (0 all ok,
-    else incomplete)."""
+    else incomplete). `given`: the flags on the command line; beside --resume only the output flags are taken
+    (the partial's configuration is the run's)."""
+    from ...run.session import refuse_beside_resume
+
+    if resume is not None:
+        try:
+            refuse_beside_resume(list(given), accepts=("resume",))
+        except Fail as exc:
+            raise fail(exc) from None
     from ...output import ResultOutput, check_csv_path, stderr_console
 
     try:

@@ -4,13 +4,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from ...cli.options import O_CSV, O_JSON, O_PYTHON, O_RESULTS_DIR, O_RESUME_DATA, Option
+from ...cli.options import O_CSV, O_JSON, O_PYTHON, O_RESULTS_DIR, O_RESUME_DATA, Context, Option, given_flags
 from ..data import session as common
 from .config import DataloadConfig
 from ...core.loader_window import STEADY_TOLERANCE, WINDOW_IMAGES, WINDOW_SECONDS
 
 
 def dataload(
+    ctx: Context,
     loaders: str = Option("pytorch-dataloader,webdataset,ffcv",
                           help="Comma list: pytorch-dataloader, webdataset, ffcv, dali-cpu, "
                                "pytorch-nvjpeg (GPU), dali-gpu (GPU)."),
@@ -58,4 +59,4 @@ def dataload(
                                           window_images, window_seconds, steady_tolerance),
         DataloadConfig.from_json,
         DataloadConfig.runtime_record, runner.run, print_table, all_ok, uses_gpu=True,
-        as_json=as_json, csv=csv)
+        as_json=as_json, csv=csv, given=given_flags(ctx))

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import Fail
-from ...run.config import check_counts
+from ...run.config import check_counts, check_timeout
 from ..data.checks import check_corpus, check_data_dir, check_workers, parse_ints, parse_names
 from ..data.corpus import corpus_images
 from ..data.loaders import DATA_ENCODINGS, GPU_LOADERS, LOADER_FORMAT
@@ -66,8 +66,8 @@ class DataloadConfig:
                                              ("--limit", limit)) if v is not None))
         if limit is not None and limit <= 0:
             raise Fail(f"--limit must be > 0 (got {limit})")
-        if timeout is not None and timeout <= 0:
-            raise Fail(f"--timeout must be > 0 (got {timeout})")
+        if timeout is not None:  # nan, inf or a week and more: one line, before anything is written
+            check_timeout(timeout)
         window = None
         if window_images is not None or window_seconds is not None:
             from ...core.loader_window import STEADY_TOLERANCE

@@ -4,12 +4,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from ...cli.options import O_CSV, O_JSON, O_PYTHON, O_RESULTS_DIR, O_RESUME_DATA, Option
+from ...cli.options import O_CSV, O_JSON, O_PYTHON, O_RESULTS_DIR, O_RESUME_DATA, Context, Option, given_flags
 from ..data import session as common
 from .config import SIDES, DatasizeConfig
 
 
 def datasize(
+    ctx: Context,
     corpus: str = Option("data/corpus", help="A corpus made by `kitctl data make`."),
     formats: str = Option("ffcv,webdataset,folder", help="Comma list: ffcv, webdataset, folder."),
     encodings: str = Option("jpeg50,jpeg90,jpeg100,mix90,raw", help="Comma list (mix90: JPEG with p=0.75)."),
@@ -36,4 +37,4 @@ def datasize(
         lambda: DatasizeConfig.from_flags(corpus, formats, encodings, sides, limit, workers, timeout, python, runtime,
                                           image_tag),
         DatasizeConfig.from_json, DatasizeConfig.runtime_record, runner.run, print_table, all_ok,
-        as_json=as_json, csv=csv)
+        as_json=as_json, csv=csv, given=given_flags(ctx))

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import Fail
+from ...run.config import check_timeout
 from ..data.checks import check_corpus, check_workers, parse_ints, parse_names
 
 # The trial's vocabulary (trials/dataload/writers.py): the host never imports the trial.
@@ -43,8 +44,8 @@ class DatasizeConfig:
         if workers <= 0:
             raise Fail(f"--workers must be > 0 (got {workers})")
         check_workers("--workers", (workers,))
-        if timeout is not None and timeout <= 0:
-            raise Fail(f"--timeout must be > 0 (got {timeout})")
+        if timeout is not None:  # nan, inf or a week and more: one line, before anything is written
+            check_timeout(timeout)
         py = python or sys.executable
         if not os.access(py, os.X_OK):
             raise Fail(f"--python {py}: not an executable")

@@ -5,12 +5,13 @@ from pathlib import Path
 from typing import Optional
 
 from ..data import session as common
-from ...cli.options import O_CSV, O_JSON, O_PYTHON, O_RESULTS_DIR, O_RESUME_DATA, Option
+from ...cli.options import O_CSV, O_JSON, O_PYTHON, O_RESULTS_DIR, O_RESUME_DATA, Context, Option, given_flags
 from ...core.loader_window import STEADY_TOLERANCE, WINDOW_IMAGES, WINDOW_SECONDS
 from .config import TrainE2EConfig
 
 
 def train_e2e(
+    ctx: Context,
     loaders: Optional[str] = Option(None, help="Comma list: pytorch-dataloader, webdataset, ffcv, pytorch-nvjpeg "
                                     "(GPU), dali-cpu (default: the first four, pytorch-nvjpeg left out on "
                                     "a host without a GPU; with --runtime docker the first three); synthetic "
@@ -55,4 +56,4 @@ def train_e2e(
                                           side, batch, warmup, steps, runs, limit, timeout, python, runtime,
                                           image_tag, window_images, window_seconds, steady_tolerance),
         TrainE2EConfig.from_json, TrainE2EConfig.runtime_record, runner.run, print_table, all_ok, uses_gpu=True,
-        as_json=as_json, csv=csv)
+        as_json=as_json, csv=csv, given=given_flags(ctx))
