@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from kitctl import launch
+from kitctl import benchmarks
+from kitctl.run.resume import check_resumed
 from kitctl.core.artifact import PARTIAL_SUFFIX, load, open_for_resume
 from conftest import host_lacks, unavailable  # noqa: E402
 
@@ -74,7 +75,7 @@ def assert_nothing_or_a_resumable_partial(results: Path) -> str:
     store, doc = open_for_resume(partial)  # schema-valid, not complete, lockable
     try:
         assert doc["state"] == "interrupted", doc["state"]
-        launch.check_resumed(doc["benchmark"], doc)  # what `--resume` checks before it writes
+        check_resumed(benchmarks.get(doc["benchmark"]).config, doc)  # what `--resume` checks before it writes
     finally:
         store.release()
     return "partial"
@@ -201,7 +202,7 @@ def test_disk_full_mid_run_keeps_the_partial_and_says_how_to_resume(tiny_disk):
     assert sorted(f.name for f in results.iterdir()) == [partial.name]  # no temp file, no lock left
     doc = load(partial)
     assert doc["results"][0]["trials"], "the run should have recorded candidates before the disk filled"
-    launch.check_resumed("maxbatch", doc)
+    check_resumed(benchmarks.get("maxbatch").config, doc)
 
 
 def test_disk_full_before_the_first_byte_writes_nothing(tiny_disk):

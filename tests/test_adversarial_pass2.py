@@ -90,7 +90,7 @@ def test_a_dataset_record_that_is_a_fifo_is_a_reason_not_a_hang(tmp_path):
     d = tmp_path / "folder-jpeg90-64-n40-c0000000000000000"
     d.mkdir()
     os.mkfifo(d / "dataset.json")
-    code = ("import sys; from pathlib import Path; from kitctl.datarun import verify_dataset; "
+    code = ("import sys; from pathlib import Path; from kitctl.benchmarks.data.datasets import verify_dataset; "
             f"print(verify_dataset(Path({str(d)!r}), None))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr[-2000:]
@@ -275,7 +275,7 @@ def _manifest(n: int) -> str:
 ])
 def test_a_gpu_loader_asked_for_on_a_host_without_a_gpu_is_refused_in_one_line(tmp_path, args):
     """No run of it can succeed here: one line and nothing written, not a failed cell and exit 1."""
-    from kitctl.datarun import detect_gpu
+    from kitctl.core.gpu import detect_gpu
 
     if detect_gpu() is not None:
         host_lacks("no-gpu", "this host has a GPU: the loader would run")  # the CPU-host behaviour only

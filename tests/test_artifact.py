@@ -17,11 +17,11 @@ import pytest
 from kitctl.core import artifact as art
 from kitctl.core.artifact import PARTIAL_SUFFIX, ArtifactError, ArtifactStore
 from kitctl.benchmarks.maxbatch.config import MaxbatchConfig
-from kitctl.launch import new_doc as _new_doc
+from kitctl.run.document import new_doc as _new_doc
 from kitctl.core.engines import parse_engines
 from kitctl.core.outcome import KilledBy, MemoryPeaks, Status, TrialOutcome
 from kitctl.core.protocol import TrialRequest
-from kitctl.benchmarks.maxbatch.run import new_cell
+from kitctl.benchmarks.maxbatch.cells import new_cell
 from kitctl.runtimes.base import RawRun, classify
 
 STAMP = "20260101T000000Z"

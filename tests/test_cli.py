@@ -268,7 +268,7 @@ def cpu_partial(folder: Path) -> Path:
 
     from kitctl.core.artifact import ArtifactStore
     from kitctl.benchmarks.maxbatch.config import MaxbatchConfig
-    from kitctl.launch import new_doc as _new_doc
+    from kitctl.run.document import new_doc as _new_doc
     from kitctl.core.engines import parse_engines
 
     cfg = MaxbatchConfig.from_flags("pytorch-eager", "fp32", "cpu", None, 256, 2, 2, 5.0, "local", "synthetic", None,
@@ -411,10 +411,10 @@ def local_partial(folder: Path, trials: tuple[tuple[int, str], ...] = (), start:
     (batch, status) recorded in its one cell; `edit(doc)` may then change it as a user could."""
     from kitctl.core.artifact import ArtifactStore
     from kitctl.benchmarks.maxbatch.config import MaxbatchConfig
-    from kitctl.launch import new_doc as _new_doc
+    from kitctl.run.document import new_doc as _new_doc
     from kitctl.core.engines import parse_engines
     from kitctl.core.outcome import MemoryPeaks, Status, TrialOutcome
-    from kitctl.benchmarks.maxbatch.run import new_cell
+    from kitctl.benchmarks.maxbatch.cells import new_cell
     from kitctl.runtimes.local import LocalRuntime
 
     cfg = MaxbatchConfig.from_flags("pytorch-eager", "fp32", "cpu", None, 256, start, max_batch, 60.0, "local", "synthetic",
@@ -558,7 +558,7 @@ def throughput_partial(folder: Path, runs: int, recorded: int, edit=None) -> Pat
     """A `run throughput --device cpu --runtime local` partial with `recorded` ok runs of 4 images/s."""
     from kitctl.core.artifact import ArtifactStore
     from kitctl.benchmarks.throughput.config import ThroughputConfig
-    from kitctl.launch import new_doc as _new_doc
+    from kitctl.run.document import new_doc as _new_doc
     from kitctl.core.engines import parse_engines
     from kitctl.core.outcome import MemoryPeaks, Status, TrialOutcome
     from kitctl.runtimes.local import LocalRuntime

@@ -219,7 +219,8 @@ def test_data_plots_share_the_bar_style(tmp_path):
 
 def test_candidates_left_bounds_every_protocol_search():
     from kitctl.core.outcome import Status
-    from kitctl.core.search import SearchConfig, candidates_left, run_search
+    from kitctl.benchmarks.maxbatch.search.protocol import SearchConfig, candidates_left
+    from kitctl.benchmarks.maxbatch.search.strategies import run_search
 
     for start, top in ((128, 1 << 20), (2, 4), (16, 64), (3, 3)):
         cfg = SearchConfig(start_batch=start, max_batch=top, min_batch=2)
@@ -234,7 +235,7 @@ def test_plain_progress_lines_say_done_left_and_eta():
     import io
 
     from kitctl.core.outcome import Status, TrialOutcome
-    from kitctl.view import PlainView
+    from kitctl.cli.view import PlainView
 
     out = io.StringIO()
     v = PlainView(out)

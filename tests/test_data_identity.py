@@ -60,7 +60,7 @@ def dataload(sources: Path, corpus: Path, res: Path, *extra) -> tuple[subprocess
 def test_the_host_and_the_writer_agree_on_a_corpus_identity(corpora):
     import corpus as corpus_mod
 
-    from kitctl.datarun import corpus_identity, read_corpus_manifest
+    from kitctl.benchmarks.data.corpus import corpus_identity, read_corpus_manifest
 
     a, b = (read_corpus_manifest(c) for c in corpora)
     assert corpus_identity(a) == corpus_mod.identity(a) == a["identity"]
@@ -176,7 +176,7 @@ def test_limits_are_checked_before_anything_is_written(sources, corpora, tmp_pat
 
 
 def test_device_cuda_without_a_gpu_is_refused_up_front(sources, corpora, tmp_path):
-    from kitctl.datarun import detect_gpu
+    from kitctl.core.gpu import detect_gpu
 
     if detect_gpu() is not None:
         host_lacks("no-gpu", "--device cuda is refused only where NVML finds no GPU")

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from fake_nvml import FakeDevice, FakeNvmlLib, NVMLError
 
-from kitctl import datarun
+from kitctl.benchmarks.data import session, trial
+from kitctl.core.gpu import detect_gpu
 from kitctl.reports.report import caveats, render
 from kitctl.reports.sources import load_source
 
@@ -47,26 +48,26 @@ def h200() -> FakeNvmlLib:
 # ---- 1. the GPU a data run may use is recorded, and the report says what used it ---------------------------
 
 def test_detect_gpu_describes_the_gpu_through_nvml_and_none_without_one():
-    g = datarun.detect_gpu(h200())
+    g = detect_gpu(h200())
     assert g is not None and g["name"] == "NVIDIA H200" and g["uuid"] == H200_UUID
     assert g["index"] == 0 and g["driver"] == "580.95.05" and g["total_mib"] == 143771.0
-    assert datarun.detect_gpu(FakeNvmlLib([])) is None  # NVML, no device
-    assert datarun.detect_gpu(FakeNvmlLib(init_error=NVMLError("Driver Not Loaded"))) is None
+    assert detect_gpu(FakeNvmlLib([])) is None  # NVML, no device
+    assert detect_gpu(FakeNvmlLib(init_error=NVMLError("Driver Not Loaded"))) is None
 
 
 def test_a_new_data_doc_records_the_gpu_and_its_trials_see_only_that_one():
-    g = datarun.detect_gpu(h200())
-    doc = datarun.new_doc("dataload", {"x": 1}, g)
+    g = detect_gpu(h200())
+    doc = session.new_doc("dataload", {"x": 1}, g)
     assert doc["host"]["gpu"]["uuid"] == H200_UUID
-    assert datarun.new_doc("datasize", {"x": 1})["host"]["gpu"] is None  # CPU-only by nature
-    where = datarun.Where.of(type("Cfg", (), {"runtime": "local", "python": "py", "image_tag": "ci"})(), doc)
+    assert session.new_doc("datasize", {"x": 1})["host"]["gpu"] is None  # CPU-only by nature
+    where = trial.Where.of(type("Cfg", (), {"runtime": "local", "python": "py", "image_tag": "ci"})(), doc)
     assert where.gpu_uuid == H200_UUID
-    assert datarun.trial_env(where.gpu_uuid)["CUDA_VISIBLE_DEVICES"] == H200_UUID
+    assert trial.trial_env(where.gpu_uuid)["CUDA_VISIBLE_DEVICES"] == H200_UUID
 
 
 def test_report_names_the_recorded_gpu_and_only_the_gpu_loader_as_its_user(tmp_path):
     doc = doc_of(LOAD_JPEG)
-    doc["host"]["gpu"] = datarun.detect_gpu(h200())
+    doc["host"]["gpu"] = detect_gpu(h200())
     src = load_source(written(tmp_path, doc, LOAD_JPEG.name))
     text = render([src])
     assert "none (CPU run)" not in text
@@ -77,7 +78,7 @@ def test_report_names_the_recorded_gpu_and_only_the_gpu_loader_as_its_user(tmp_p
 
 def test_a_gpu_present_but_used_by_no_loader_is_reported_unused(tmp_path):
     doc = doc_of(LOAD_JPEG)
-    doc["host"]["gpu"] = datarun.detect_gpu(h200())
+    doc["host"]["gpu"] = detect_gpu(h200())
     doc["results"] = [c for c in doc["results"] if c["loader"] != "pytorch-nvjpeg"]
     doc["configuration"]["loaders"] = [x for x in doc["configuration"]["loaders"] if x != "pytorch-nvjpeg"]
     src = load_source(written(tmp_path, doc, LOAD_JPEG.name))

@@ -124,7 +124,7 @@ def test_recorded_line_names_device_reason_and_cap():
 
 def _config_of(monkeypatch, *args: str):
     """The typed config `kitctl run …` builds for a new run, without starting it."""
-    from kitctl import launch
+    from kitctl.run import session as launch
     from kitctl.cli import app
 
     seen = {}

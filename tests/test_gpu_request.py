@@ -29,7 +29,8 @@ pytestmark = pytest.mark.docker
 from fake_nvml import FakeDevice, FakeNvmlLib  # noqa: E402
 
 import kitctl.core.gpu as gpu_mod  # noqa: E402
-from kitctl import cli, launch  # noqa: E402
+from kitctl import cli  # noqa: E402
+from kitctl.run import session as launch  # noqa: E402
 from kitctl.benchmarks.maxbatch.config import MaxbatchConfig  # noqa: E402
 from kitctl.core import artifact  # noqa: E402
 from kitctl.errors import Fail  # noqa: E402

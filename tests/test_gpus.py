@@ -25,10 +25,10 @@ from kitctl.core.gpu import Nvml
 from kitctl.core.outcome import MemoryPeaks, Status, TrialOutcome
 from kitctl.core.protocol import TrialRequest
 from kitctl.core.sampler import NvmlSampler
-from kitctl.launch import new_doc
+from kitctl.run.document import new_doc
 from kitctl.runtimes.base import Runtime, RuntimeUnavailable
 from kitctl.runtimes.local import LocalRuntime
-from kitctl.view import PlainView
+from kitctl.cli.view import PlainView
 from conftest import need_module  # noqa: E402
 
 ENGS = [ENGINES["pytorch-eager"], ENGINES["pytorch-compile"]]

@@ -15,9 +15,10 @@ import pytest
 from hypothesis import example, given, settings, strategies as st  # the test extra
 
 from kitctl.benchmarks.maxbatch.replay import replay
-from kitctl.core.guided import guided_strategy, predict
+from kitctl.benchmarks.maxbatch.search.guided import guided_strategy, predict
 from kitctl.core.outcome import SearchStatus, Status
-from kitctl.core.search import SearchConfig, run_search
+from kitctl.benchmarks.maxbatch.search.protocol import SearchConfig
+from kitctl.benchmarks.maxbatch.search.strategies import run_search
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "reference"
 B = 16120.0  # the gate budget of the committed 16,376 MiB runs
@@ -225,7 +226,7 @@ def test_recorded_jax_searches_replayed_with_compiled_peaks(capsys):
 
 
 def test_compiled_peaks_of_older_jax_artifacts_come_from_xla_memory_analysis():
-    from kitctl.benchmarks.maxbatch.run import cell_search, compiled_peak, trial_entry
+    from kitctl.benchmarks.maxbatch.cells import cell_search, compiled_peak, trial_entry
 
     doc = json.loads(JAX_BF16.read_text())
     cell = doc["results"][0]
@@ -267,7 +268,7 @@ def test_compiled_peaks_find_a_flat_pool_boundary_in_fewer_candidates(c):
 
 
 def test_compiled_threshold_and_prediction():
-    from kitctl.core.guided import compiled_threshold, predict_compiled
+    from kitctl.benchmarks.maxbatch.search.guided import compiled_threshold, predict_compiled
 
     cfg = SearchConfig(100, 1 << 20, compiled_target_mib=1000.0)
     assert compiled_threshold([], cfg) == 1000.0  # no failure yet: the framework's budget
@@ -322,8 +323,8 @@ def test_runner_guided_run_records_its_target_and_replays(tmp_path):
     from kitctl.core.budget import make_budget
     from kitctl.core.engines import ENGINES
     from kitctl.core.protocol import TrialRequest
-    from kitctl.launch import new_doc
-    from kitctl.view import PlainView
+    from kitctl.run.document import new_doc
+    from kitctl.cli.view import PlainView
 
     # ScriptedRuntime: peak = 800 + batch MiB, which reaches B = 16,120 at 15,320 images.
     rt = ScriptedRuntime(capacity=15320)

@@ -184,7 +184,7 @@ def test_a_gpu_loader_is_refused_for_the_cpu_ci_images_in_one_line(corpus, tmp_p
 def test_a_tag_compose_does_not_name_leaves_it_to_the_images_label(corpus):
     """A retagged image (kitctl/loader-torch:<tag>): compose.yaml cannot say what it serves, so the config takes any
     loader and docker_runtime reads the image's kit.loaders label (tests/test_loader_image.py runs that refusal)."""
-    from kitctl.datarun import loader_builds
+    from kitctl.benchmarks.data.images import loader_builds
 
     cfg = _config(corpus, "pytorch-nvjpeg,ffcv", "mine")
     assert [cfg.image(ld) for ld in cfg.loaders] == ["kitctl/loader-torch:mine", "kitctl/loader-ffcv:mine"]
@@ -193,7 +193,8 @@ def test_a_tag_compose_does_not_name_leaves_it_to_the_images_label(corpus):
 
 def test_a_gpu_loader_through_docker_without_a_gpu_is_one_line():
     """gpu_attach: the GPU a GPU loader's container gets is NVML's; this host has none (skipped where it has)."""
-    from kitctl.datarun import detect_gpu, gpu_attach
+    from kitctl.benchmarks.data.images import gpu_attach
+    from kitctl.core.gpu import detect_gpu
     from kitctl.errors import Fail
 
     if detect_gpu() is not None:
@@ -205,7 +206,7 @@ def test_a_gpu_loader_through_docker_without_a_gpu_is_one_line():
 def test_a_gpu_loaders_container_is_started_with_the_recorded_request():
     """Where.gpu(): the request the runtime record names (probed at the run's start), on host.gpu's UUID — what
     run_trial_docker hands the daemon as device_requests for pytorch-nvjpeg / dali-gpu (and for nothing else)."""
-    from kitctl.datarun import Where
+    from kitctl.benchmarks.data.trial import Where
 
     cfg = type("Cfg", (), {"runtime": "docker", "python": sys.executable, "image_tag": "cu130"})()
     uuid = "GPU-12345678-1234-1234-1234-123456789abc"

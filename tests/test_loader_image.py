@@ -199,7 +199,7 @@ def test_a_gpu_loader_on_a_daemon_that_attaches_no_gpu_is_one_line(client, loade
     """gpu_attach probes the daemon with throw-away containers of the loader's image, as the engines' runtime does;
     this daemon has no GPU to give (the UUID is a stand-in: NVML has no GPU here), so both requests are refused and
     the run would stop before its first container, in one line naming the fixes."""
-    from kitctl.datarun import gpu_attach
+    from kitctl.benchmarks.data.images import gpu_attach
     from kitctl.errors import Fail
 
     mine = {"label": [f"kit.owner-pid={os.getpid()}", "kit.run-id=gpu-probe"]}  # this process's probes only
@@ -391,7 +391,7 @@ def test_kitctl_dataload_cold_through_a_capped_read_path(client, loader_image, t
     import subprocess
 
     from kitctl.core.artifact import load
-    from kitctl.datarun import block_device
+    from kitctl.benchmarks.data.throttle import block_device
 
     # The data go where a disk holds them: tmp_path, or (a host whose /tmp is in RAM) beside the checkout. Which
     # is decided here, from /sys, not by kitctl: kitctl's own answer (block_device) is what is under test.

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kitctl import launch
+from kitctl.runtimes.factory import make_runtime
 from kitctl.errors import Fail
 from kitctl.core.engines import ENGINES
 from kitctl.core.outcome import Status
@@ -53,7 +53,7 @@ def test_missing_program_is_one_line_naming_the_build_script(prefix):
 
 def test_cli_runtime_choice_refuses_an_unbuilt_trial(prefix):
     with pytest.raises(Fail, match="no trial program"):
-        launch.make_runtime("local", OPENNN, "cuda", None, "r1", None, None, None, [])
+        make_runtime("local", OPENNN, "cuda", None, "r1", None, None, None, [])
 
 
 def test_python_engines_need_no_program(prefix):

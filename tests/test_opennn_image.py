@@ -277,7 +277,7 @@ def test_the_runtime_stage_holds_the_prefix_runs_non_root_and_is_labelled(df, lo
     for k in OCI:
         assert labels.get(f"org.opencontainers.image.{k}"), k
     assert labels["kit.engine"] == "opennn"
-    assert labels["kit.trial-protocol"] == "1"  # what runtimes/docker.py image_provenance reads
+    assert labels["kit.trial-protocol"] == "1"  # what runtimes/docker/client.py image_provenance reads
     for k in ("kit.opennn.commit", "kit.framework.version"):
         assert labels[k] == "${OPENNN_REF}", k
     assert labels["kit.cuda.version"] == "${CUDA_VERSION}"  # the base's ENV, checked in the RUN

@@ -137,7 +137,7 @@ def test_a_run_without_git_records_commit_and_code(tmp_path):
 def test_docker_records_the_trial_code_the_image_holds(client, tmp_path):
     """The Docker runtime runs the image's copy of the trial: its hash is read from the image."""
     from conftest import BASE_IMAGE, remove_containers
-    from kitctl.core.provenance import image_trial_code
+    from kitctl.runtimes.docker import image_trial_code
     from kitctl.runtimes.docker import LABEL_OWNER_PID
 
     ctx = _copy_kit(tmp_path / "ctx")

@@ -59,7 +59,7 @@ def test_without_ray_installed_it_says_so_in_one_line(tmp_path):
                        capture_output=True, text=True, timeout=120, env=kitctl_env(), cwd=tmp_path)
     one_line_refusal(p, 'pip install "kitctl[ray]"')
     # ... and the host without Ray runs everything else: the module imports it lazily.
-    p = subprocess.run([sys.executable, "-c", "import sys; sys.modules['ray'] = None\nimport kitctl.cluster, "
+    p = subprocess.run([sys.executable, "-c", "import sys; sys.modules['ray'] = None\nimport kitctl.runtimes.ray, "
                         "kitctl.benchmarks.maxbatch.command"], capture_output=True, text=True, env=kitctl_env())
     assert p.returncode == 0, p.stderr
 

@@ -18,7 +18,8 @@ import pytest
 
 from kitctl.core.artifact import ArtifactError
 from kitctl.reports.compare import compare
-from kitctl.reports.report import caveats, cudnn_text, render
+from kitctl.reports.measured import cudnn_text
+from kitctl.reports.report import caveats, render
 from kitctl.reports.sources import load_source
 from kitctl.benchmarks.maxbatch.table import peak_inversions, ratio_pairs, ratios
 from kitctl.benchmarks.throughput.table import throughput_ratio_pairs
@@ -653,7 +654,7 @@ def test_engines_from_separate_runs_on_one_card_get_the_end_tables_ratios(tmp_pa
 
 
 def test_native_trial_provenance_names_the_program():
-    from kitctl.reports.report import _provenance_text
+    from kitctl.reports.measured import _provenance_text
 
     assert _provenance_text({"trial": "/w/build/opennn/bin/kit-opennn-trial"}) == \
         "local trial program `/w/build/opennn/bin/kit-opennn-trial`"

@@ -6,7 +6,7 @@ import copy
 import pytest
 
 from kitctl.errors import Fail
-from kitctl.launch import build_identity, check_same_stack
+from kitctl.run.resume import build_identity, check_same_stack
 
 BUILD = {"opennn_commit": "5ffbaa6", "sources": {"opennn": "5ffbaa6", "zlib": "51b7f2a"},
          "nvcc": "13.0", "cuda_archs": "90", "lto": "OFF",

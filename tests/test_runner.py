@@ -9,14 +9,14 @@ import pytest
 from kitctl.core.artifact import ArtifactStore, load
 from kitctl.core.budget import make_budget
 from kitctl.benchmarks.maxbatch.config import MaxbatchConfig
-from kitctl.launch import new_doc as _new_doc
+from kitctl.run.document import new_doc as _new_doc
 from kitctl.core.engines import ENGINES
 from kitctl.core.outcome import MemoryPeaks, Status, TrialOutcome
 from kitctl.core.protocol import TrialRequest
 from kitctl.benchmarks.maxbatch.run import Runner, RunPlan
 from kitctl.runtimes.base import Runtime, RuntimeUnavailable
-from kitctl.core.search import SearchConfig
-from kitctl.view import PlainView
+from kitctl.benchmarks.maxbatch.search.protocol import SearchConfig
+from kitctl.cli.view import PlainView
 
 
 class ScriptedRuntime(Runtime):

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings, strategies as st  # the test extra
 
 from kitctl.core.outcome import SearchStatus, Status
-from kitctl.core.search import SearchConfig, protocol_strategy, run_search
+from kitctl.benchmarks.maxbatch.search.protocol import SearchConfig, protocol_strategy
+from kitctl.benchmarks.maxbatch.search.strategies import run_search
 
 
 def capacity(c: int, fail: Status = Status.OOM):
@@ -369,7 +370,8 @@ def test_property_one_flake_never_changes_the_answer(case, data):
 
 def test_min_batch_floor_never_runs_below_it():
     """ResNet-50 at 32×32 cannot train at batch 1: the bisection stops at min_batch."""
-    from kitctl.core.search import SearchConfig, run_search
+    from kitctl.benchmarks.maxbatch.search.protocol import SearchConfig
+    from kitctl.benchmarks.maxbatch.search.strategies import run_search
     from kitctl.core.outcome import SearchStatus, Status
 
     cfg = SearchConfig(start_batch=128, max_batch=4096, min_batch=2)

@@ -32,18 +32,19 @@ from test_gpus import answers
 
 from kitctl.benchmarks.maxbatch.config import MaxbatchConfig
 from kitctl.benchmarks.maxbatch.replay import oracle_of, search_config
-from kitctl.benchmarks.maxbatch.run import Lane, Runner, RunPlan, SlotPlan, cell_entries, cell_search
+from kitctl.benchmarks.maxbatch.run import Lane, Runner, RunPlan, SlotPlan
+from kitctl.benchmarks.maxbatch.cells import cell_entries, cell_search
 from kitctl.core.artifact import ArtifactStore, load
 from kitctl.core.budget import make_budget
 from kitctl.core.engines import ENGINES
 from kitctl.core.gpu import Nvml
 from kitctl.core.outcome import KilledBy, MemoryPeaks, Status, TrialOutcome
 from kitctl.core.protocol import TrialRequest
-from kitctl.core.search import STRATEGIES, run_search
+from kitctl.benchmarks.maxbatch.search.strategies import STRATEGIES, run_search
 from kitctl.core.slots import SlotSampler, SlotsError, fit, gate_offset, parse_slots
-from kitctl.core.speculate import replay, simulate
-from kitctl.launch import new_doc
-from kitctl.view import PlainView
+from kitctl.benchmarks.maxbatch.search.speculate import replay, simulate
+from kitctl.run.document import new_doc
+from kitctl.cli.view import PlainView
 from conftest import need_module  # noqa: E402
 
 ENTRY = [sys.executable, "-c", "from kitctl.entry import main; main()"]
@@ -382,7 +383,7 @@ def test_guided_with_slots_reads_per_process_peak_plus_offset_as_the_device_delt
     assert on_path_batches(ck, cfg) == [t["batch"] for t in c1["trials"]]
     # Resume's check replays with the same stand-in peaks; without the offset the path would differ.
     assert cfg.cell_problem(ck) is None
-    from kitctl.benchmarks.maxbatch.run import replay_problem
+    from kitctl.benchmarks.maxbatch.cells import replay_problem
     assert replay_problem(ck["trials"], cell_search(cfg.search, ck), "guided") is not None
 
 

@@ -1,4 +1,4 @@
-"""Speculative split (core/speculate.py): several candidates of one cell at once, and the answer
+"""Speculative split (benchmarks/maxbatch/search/speculate.py): several candidates of one cell at once, and the answer
 is the sequential strategy's, by construction.
 
 Simulated GPUs (no GPU needed): a pass/fail per batch that may be monotone or not, scripted
@@ -18,8 +18,9 @@ from hypothesis import given, settings, strategies as st
 
 from kitctl.benchmarks.maxbatch.replay import oracle_of, search_config
 from kitctl.core.outcome import SearchStatus, Status
-from kitctl.core.search import STRATEGIES, SearchConfig, run_search
-from kitctl.core.speculate import candidates, replay, simulate, simulate_lanes, useless
+from kitctl.benchmarks.maxbatch.search.protocol import SearchConfig
+from kitctl.benchmarks.maxbatch.search.strategies import STRATEGIES, run_search
+from kitctl.benchmarks.maxbatch.search.speculate import candidates, replay, simulate, simulate_lanes, useless
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "reference"
 RETRYABLE = [Status.TIMEOUT, Status.CRASH, Status.ERROR]

@@ -1,4 +1,4 @@
-"""Cancelling speculative candidates the search can no longer use (core/speculate.py `useless`,
+"""Cancelling speculative candidates the search can no longer use (benchmarks/maxbatch/search/speculate.py `useless`,
 the max-batch runner): the cancelled candidate's processes are gone, its lane moves on, the
 answer and its path equal the one-lane run's, the cancellation is recorded beside the trials
 (never as a capacity), the report counts it and `--resume` of a partial holding one replays to
@@ -28,9 +28,9 @@ from kitctl.benchmarks.maxbatch.report import meta_count
 from kitctl.benchmarks.maxbatch.run import Lane, Runner, RunPlan
 from kitctl.core.artifact import ArtifactStore, load, open_for_resume
 from kitctl.core.protocol import TrialRequest
-from kitctl.launch import new_doc
+from kitctl.run.document import new_doc
 from kitctl.runtimes.local import LocalRuntime
-from kitctl.view import PlainView
+from kitctl.cli.view import PlainView
 
 CAP = 203  # passes at or below
 SLOW_ABOVE = 300  # a candidate above runs 60 s: only a cancellation ends it early

@@ -24,17 +24,18 @@ from test_gpus import FAKE_MAIN, TESTS, UUIDS, _setup, answers
 from test_runner import NullWatcher
 
 from kitctl.benchmarks.maxbatch.config import MaxbatchConfig
-from kitctl.benchmarks.maxbatch.run import Lane, Runner, RunPlan, cell_search, trial_entry
-from kitctl.core.search import STRATEGIES
-from kitctl.core.speculate import replay
+from kitctl.benchmarks.maxbatch.run import Lane, Runner, RunPlan
+from kitctl.benchmarks.maxbatch.cells import cell_search, trial_entry
+from kitctl.benchmarks.maxbatch.search.strategies import STRATEGIES
+from kitctl.benchmarks.maxbatch.search.speculate import replay
 from kitctl.core.artifact import ArtifactStore, load, open_for_resume
 from kitctl.core.budget import make_budget
 from kitctl.core.engines import ENGINES
 from kitctl.core.outcome import MemoryPeaks, Status, TrialOutcome
 from kitctl.core.protocol import TrialRequest
-from kitctl.launch import new_doc
+from kitctl.run.document import new_doc
 from kitctl.runtimes.base import Runtime, RuntimeUnavailable
-from kitctl.view import PlainView
+from kitctl.cli.view import PlainView
 from conftest import need_module  # noqa: E402
 
 UUIDS3 = [*UUIDS, "GPU-00000000-0000-0000-0000-00000000000c"]

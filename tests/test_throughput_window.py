@@ -298,9 +298,10 @@ def test_a_real_run_records_joules_from_the_counter_and_its_steadiness(tmp_path)
     from kitctl.core.engines import ENGINES
     from kitctl.core.gpu import Nvml
     from kitctl.core.sampler import NvmlSampler
-    from kitctl.launch import base_request, new_doc
+    from kitctl.run.document import new_doc
+    from kitctl.run.session import base_request
     from kitctl.runtimes.local import LocalRuntime
-    from kitctl.view import PlainView
+    from kitctl.cli.view import PlainView
 
     watts = 250.0
     dev = FakeDevice("GPU-00000000-1111-2222-3333-444444444444", used_mib=(500.0,),

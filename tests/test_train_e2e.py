@@ -236,7 +236,7 @@ def test_an_epoch_left_midway_stops_its_threads_and_workers(corpus, tmp_path, lo
 
 
 def test_a_result_followed_by_a_crash_is_an_error_that_says_so():
-    from kitctl.datarun import trial_outcome
+    from kitctl.benchmarks.data.trial import trial_outcome
 
     line = 'KIT-RESULT {"status": "ok", "images": 8}\n'
     run = trial_outcome(line, "terminate called without an active exception\n", -6, 1.0)

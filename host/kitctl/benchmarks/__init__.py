@@ -10,9 +10,9 @@ A benchmark (`kitctl/benchmarks/<name>/`) owns everything that is its own:
                tolerant read-only view of its own recorded keys for reports (`Benchmark.recorded`,
                e.g. `MaxbatchRecorded`; read by `kitctl.core.recorded.read_view`).
 - `command.py` its `kitctl run <name>` typer command: parse the flags into the config, start the
-               run through `kitctl.launch` (new or resumed: GPU, runtime, artifact — shared by
+               run through `kitctl.run.session` (new or resumed: GPU, runtime, artifact — shared by
                every benchmark), run it, print the end table, return the exit code.
-- `run.py`     its runner: a `kitctl.runner.UnitRunner` subclass whose `_run_cell` decides which
+- `run.py`     its runner: a `kitctl.run.runner.UnitRunner` subclass whose `_run_cell` decides which
                units an engine × precision runs (UnitRunner runs each as one fresh process/container
                through a `Runtime`, saves the artifact after every one, handles signals and cleanup;
                the core's protocol, outcome, search, budget, sampler and artifact store measure).

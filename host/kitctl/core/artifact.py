@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -35,6 +36,20 @@ def utc_stamp(now: datetime | None = None) -> str:
 
 def utc_iso(now: datetime | None = None) -> str:
     return (now or datetime.now(timezone.utc)).isoformat(timespec="seconds")
+
+
+def new_document(benchmark: str, run_id: str, configuration: dict[str, Any], host: dict[str, Any],
+                 runtime: dict[str, Any], budget: dict[str, Any] | None = None,
+                 engines: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A new run's artifact document, `running` and without results: the one shape every benchmark's run
+    starts from (the engine benchmarks' and the data benchmarks'); the kit and the command line recorded."""
+    from .provenance import kit_info
+
+    now = utc_iso()
+    return {"schema_version": SCHEMA_VERSION, "kind": "kitctl-artifact", "benchmark": benchmark, "run_id": run_id,
+            "state": "running", "created_utc": now, "updated_utc": now, "finished_utc": None, "kit": kit_info(),
+            "argv": sys.argv, "host": host, "runtime": runtime, "configuration": configuration, "budget": budget,
+            "engines": {} if engines is None else engines, "results": []}
 
 
 def _schema() -> dict[str, Any]:

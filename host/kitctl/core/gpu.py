@@ -202,3 +202,20 @@ def check_idle(nvml: Nvml, h: Any, threshold_mib: float) -> str | None:
     who = ", ".join(f"pid {p.pid} {p.name or '?'} ({p.used_mib:.0f} MiB)" if p.used_mib is not None
                     else f"pid {p.pid} {p.name or '?'}" for p in procs) or "no process NVML can name"
     return f"GPU is not idle: {used:.0f} MiB in use (threshold {threshold_mib:.0f} MiB), held by {who}"
+
+
+def detect_gpu(lib: Any = None) -> dict[str, Any] | None:
+    """The GPU a data run's GPU loaders (pytorch-nvjpeg, dali-gpu) and GPU training use, described through NVML
+    as the engine benchmarks describe theirs (`Nvml.info`, the artifact's host.gpu): NVML's GPU 0, as `--gpu`'s
+    default is for the engines. None where there is none: no nvidia-ml-py, no driver, or no device (a CPU host).
+    `lib`: pynvml, or the named stand-in the tests pass (tests/fake_nvml.py)."""
+    try:
+        nvml = Nvml(lib)
+        if nvml.count() == 0:
+            return None
+        index, handle = nvml.resolve(None)
+        return nvml.info(index, handle).to_json()
+    except GpuError:
+        return None
+    except Exception:  # noqa: BLE001 - an NVML call failing on a broken driver: described as no GPU, not a crash
+        return None

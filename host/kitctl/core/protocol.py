@@ -76,16 +76,23 @@ class ResultParseError(ValueError):
     pass
 
 
+def result_line(stdout: str) -> str | None:
+    """The payload of the last `KIT-RESULT ` line on stdout (every trial's, the engines' and the data
+    trial's), or None when there is none."""
+    line = None
+    for raw in stdout.splitlines():
+        if raw.startswith(RESULT_PREFIX):
+            line = raw[len(RESULT_PREFIX):]
+    return line
+
+
 def parse_result(stdout: str) -> dict[str, Any]:
     """The JSON object of the last `KIT-RESULT ` line.
 
     Everything else on stdout is diagnostics. A missing line, truncated or non-object JSON,
     or a line lacking the protocol's keys raises ResultParseError (the host then says `crash`).
     """
-    line = None
-    for raw in stdout.splitlines():
-        if raw.startswith(RESULT_PREFIX):
-            line = raw[len(RESULT_PREFIX):]
+    line = result_line(stdout)
     if line is None:
         raise ResultParseError("no KIT-RESULT line on stdout")
     try:

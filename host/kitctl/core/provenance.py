@@ -7,14 +7,12 @@ else the stamp file `.kit-commit` that `tools/device-kitctl.sh --stamp` writes b
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import platform
 import re
 import socket
 import subprocess
 import sys
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
@@ -22,6 +20,7 @@ from typing import Any, Iterable, Iterator, Sequence
 from .. import __version__
 from .engines import ENGINES
 from .paths import kit_root
+
 
 # sha256 over, per file in path order, "<path relative to the kit root>\0<sha256 of its bytes>\n".
 CODE_SCHEME = "kitctl-tree-sha256-v1"
@@ -90,35 +89,6 @@ def trial_paths(engine: str) -> tuple[str, ...]:
 def trial_code(engine: str, root: Path | None = None) -> CodeHash:
     """The trial's code in the checkout: what the local runtime runs (a compiled trial's sources)."""
     return code_hash(trial_paths(engine), root)
-
-
-def image_trial_code(client: Any, image: str, engine: str, image_root: str = "/opt/kit") -> CodeHash | None:
-    """The same hash over the trial as the engine image holds it (the kit's Dockerfiles copy
-    trials/<x> and trials/common to /opt/kit/trials): what the Docker runtime runs. Read from a
-    created, never started container; None when the image has no such folder (a compiled trial).
-    """
-    from ..runtimes.docker import owner_labels  # labelled: `kitctl clean` removes a leftover
-
-    rels = trial_paths(engine)
-    files: list[tuple[str, bytes]] = []
-    container = client.containers.create(image, command=["true"], labels=owner_labels(), network_disabled=True)
-    try:
-        for rel in rels:
-            try:
-                stream, _ = container.get_archive(f"{image_root}/{rel}")
-            except Exception as exc:  # docker.errors.NotFound: the image lacks it
-                if getattr(exc, "status_code", None) == 404:
-                    return None
-                raise
-            parent = rel.rsplit("/", 1)[0]  # the archive's names start at the folder's own name
-            with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
-                for m in tar:
-                    if m.isfile():
-                        data = tar.extractfile(m)
-                        files.append((f"{parent}/{m.name}", data.read() if data else b""))
-    finally:
-        container.remove(force=True)
-    return _digest(rels, files)
 
 
 def _git(root: Path, *args: str) -> str | None:

@@ -9,7 +9,7 @@ converts it (a list stays the recorded list: the report prints what was recorded
 
 `read_view` is the ONE place that reads the raw "configuration" mapping by its string keys: a view
 is a frozen dataclass whose field names are the JSON keys. `RecordedConfig` holds the keys every
-training benchmark writes (`kitctl.runconfig.RunConfig.json_head`) and, in `own`, the benchmark's
+training benchmark writes (`kitctl.run.config.RunConfig.json_head`) and, in `own`, the benchmark's
 own keys as the benchmark's own view type (`Benchmark.recorded`, e.g. max-batch's start/max batch).
 """
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-EXIT_READY, EXIT_NOT_READY, EXIT_USAGE = 0, 1, 2
+from ..errors import EXIT_NOT_READY, EXIT_READY, EXIT_USAGE  # noqa: F401  (EXIT_USAGE: the refusal code of its checks)
 
 # Minimum Linux driver per CUDA major version (NVIDIA's CUDA toolkit/driver compatibility table;
 # forward compatibility packages aside). Images with CUDA "none" (CPU builds) run anywhere.
@@ -98,8 +98,6 @@ def cuda_requirement(cuda: str | None) -> tuple[str, int | None]:
     if major is None:
         return "unknown", None
     return "cuda", CUDA_MIN_DRIVER.get(major)
-
-
 
 
 @dataclass

@@ -48,7 +48,7 @@ def open_compose(path: str | os.PathLike[str] | None = None) -> Compose:
 def open_client(timeout: float = CLIENT_TIMEOUT_S) -> Any:
     """A Docker client that answers, or ImageError (one line)."""
     try:
-        from ..runtimes.docker import docker_client
+        from ..runtimes.docker.client import docker_client
     except ImportError as exc:  # pragma: no cover - the SDK is a dependency
         raise ImageError(f"the Docker SDK for Python is not installed (pip install docker): {exc}") from None
     try:
@@ -172,7 +172,7 @@ def image_rows(client: Any, compose: Compose, services: list[str], variant: str 
         import docker.errors
     except ImportError:  # pragma: no cover - the SDK is a dependency
         client = None
-    from ..runtimes.docker import image_provenance
+    from ..runtimes.docker.client import image_provenance
 
     rows: list[dict[str, Any]] = []
     for svc_name in services:

@@ -7,7 +7,7 @@ from .config import DataloadConfig
 
 def _add_data_commands(app) -> None:
     """`kitctl data …` (make a corpus): the data benchmarks' own tool beside `kitctl run dataload`."""
-    from .data_cli import data_app
+    from ...cli.data import data_app
 
     app.add_typer(data_app, name="data")
 

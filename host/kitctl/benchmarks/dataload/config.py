@@ -9,9 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import Fail
-from ...runconfig import check_counts
-from ...datarun import DATA_ENCODINGS, GPU_LOADERS, LOADER_FORMAT, ReadCap, block_device, check_corpus, \
-    check_data_dir, check_workers, corpus_images, detect_gpu, parse_ints, parse_names
+from ...run.config import check_counts, check_timeout
+from ..data.checks import check_corpus, check_data_dir, check_workers, parse_ints, parse_names
+from ..data.corpus import corpus_images
+from ..data.loaders import DATA_ENCODINGS, GPU_LOADERS, LOADER_FORMAT
+from ..data.throttle import ReadCap, block_device
+from ...core.gpu import detect_gpu
 from ...core.loader_window import LoaderWindow
 
 LOADERS = ("pytorch-dataloader", "webdataset", "ffcv", "pytorch-nvjpeg", "dali-cpu", "dali-gpu")
@@ -49,7 +52,7 @@ class DataloadConfig:
                    window_seconds: float | None = None, steady_tolerance: float | None = None) -> DataloadConfig:
         """Without window_images and window_seconds (a partial recorded before the rule): exactly `epochs` timed
         epochs, as it was measured."""
-        from ...datarun import serving_builds
+        from ..data.images import serving_builds
 
         if runtime not in ("local", "docker"):
             raise Fail(f"--runtime must be local or docker (got {runtime!r})")
@@ -63,8 +66,8 @@ class DataloadConfig:
                                              ("--limit", limit)) if v is not None))
         if limit is not None and limit <= 0:
             raise Fail(f"--limit must be > 0 (got {limit})")
-        if timeout is not None and timeout <= 0:
-            raise Fail(f"--timeout must be > 0 (got {timeout})")
+        if timeout is not None:  # nan, inf or a week and more: one line, before anything is written
+            check_timeout(timeout)
         window = None
         if window_images is not None or window_seconds is not None:
             from ...core.loader_window import STEADY_TOLERANCE
@@ -147,12 +150,12 @@ class DataloadConfig:
 
     def image(self, loader: str) -> str | None:
         """The image a docker run of the loader starts (None with the local runtime)."""
-        from ...datarun import serving_builds
+        from ..data.images import serving_builds
 
         return serving_builds([loader], self.image_tag)[loader].image if self.runtime == "docker" else None
 
     def runtime_record(self) -> dict[str, Any]:
-        from ...datarun import loader_runtime
+        from ..data.images import loader_runtime
 
         return loader_runtime(self)
 

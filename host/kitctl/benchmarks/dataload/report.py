@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ...reports.format import table
-from ...datarun import FFCV_MACHINE, cell_caveats, partial_caveat
+from ..data.caveats import FFCV_MACHINE, cell_caveats, partial_caveat
 from .table import has_window_rule, rows, table_rows
 
 if TYPE_CHECKING:

@@ -6,8 +6,11 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from ...core.stats import summarize
-from ...datarun import GPU_LOADERS, Where, corpus_images, corpus_key, dataset_dir, prepare_datasets, run_on_dataset, \
-    save
+from ..data.corpus import corpus_images, corpus_key
+from ..data.datasets import dataset_dir, prepare_datasets
+from ..data.loaders import GPU_LOADERS
+from ..data.session import save
+from ..data.trial import Where, run_on_dataset
 from .config import FORMAT_OF, DataloadConfig
 from .table import source_label
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...core.stats import median
-from ...datarun import FFCV_PUBLISHED_LOAD
+from ..data.caveats import FFCV_PUBLISHED_LOAD
 from ...reports.format import interval
 from ...core.loader_window import steady_text
 

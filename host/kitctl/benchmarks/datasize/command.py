@@ -4,26 +4,25 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-import typer
-
-from ...runconfig import O_CSV, O_JSON, O_PYTHON, O_RESULTS_DIR, O_RESUME_DATA
-from ... import datarun as common
+from ...cli.options import O_CSV, O_JSON, O_PYTHON, O_RESULTS_DIR, O_RESUME_DATA, Context, Option, given_flags
+from ..data import session as common
 from .config import SIDES, DatasizeConfig
 
 
 def datasize(
-    corpus: str = typer.Option("data/corpus", help="A corpus made by `kitctl data make`."),
-    formats: str = typer.Option("ffcv,webdataset,folder", help="Comma list: ffcv, webdataset, folder."),
-    encodings: str = typer.Option("jpeg50,jpeg90,jpeg100,mix90,raw", help="Comma list (mix90: JPEG with p=0.75)."),
-    sides: str = typer.Option(SIDES, help="Max side(s) in px (images are downscaled, never upscaled)."),
-    limit: Optional[int] = typer.Option(None, help="Only the first N corpus images (bytes/image is an average)."),
-    workers: int = typer.Option(4, help="Writer processes."),
-    timeout: Optional[float] = typer.Option(None, help="Seconds per dataset before the kit kills it (default 3600)."),
+    ctx: Context,
+    corpus: str = Option("data/corpus", help="A corpus made by `kitctl data make`."),
+    formats: str = Option("ffcv,webdataset,folder", help="Comma list: ffcv, webdataset, folder."),
+    encodings: str = Option("jpeg50,jpeg90,jpeg100,mix90,raw", help="Comma list (mix90: JPEG with p=0.75)."),
+    sides: str = Option(SIDES, help="Max side(s) in px (images are downscaled, never upscaled)."),
+    limit: Optional[int] = Option(None, help="Only the first N corpus images (bytes/image is an average)."),
+    workers: int = Option(4, help="Writer processes."),
+    timeout: Optional[float] = Option(None, help="Seconds per dataset before the kit kills it (default 3600)."),
     python: Optional[str] = O_PYTHON,
-    runtime: str = typer.Option("local", help="local: a fresh process per dataset; docker: a fresh container of the "
-                                "format's writer image (kitctl/loader-torch:<tag>: folder, webdataset; "
-                                "kitctl/loader-ffcv:<tag>: ffcv), so the host needs no ffcv or webdataset."),
-    image_tag: str = typer.Option("ci", help="--runtime docker: the loader images' tag."),
+    runtime: str = Option("local", help="local: a fresh process per dataset; docker: a fresh container of the "
+                          "format's writer image (kitctl/loader-torch:<tag>: folder, webdataset; "
+                          "kitctl/loader-ffcv:<tag>: ffcv), so the host needs no ffcv or webdataset."),
+    image_tag: str = Option("ci", help="--runtime docker: the loader images' tag."),
     results_dir: Path = O_RESULTS_DIR,
     resume: Optional[Path] = O_RESUME_DATA,
     as_json: bool = O_JSON,
@@ -38,4 +37,4 @@ def datasize(
         lambda: DatasizeConfig.from_flags(corpus, formats, encodings, sides, limit, workers, timeout, python, runtime,
                                           image_tag),
         DatasizeConfig.from_json, DatasizeConfig.runtime_record, runner.run, print_table, all_ok,
-        as_json=as_json, csv=csv)
+        as_json=as_json, csv=csv, given=given_flags(ctx))

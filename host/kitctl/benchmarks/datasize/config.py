@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import Fail
-from ...datarun import check_corpus, check_workers, parse_ints, parse_names
+from ...run.config import check_timeout
+from ..data.checks import check_corpus, check_workers, parse_ints, parse_names
 
 # The trial's vocabulary (trials/dataload/writers.py): the host never imports the trial.
 FORMATS = ("folder", "webdataset", "ffcv")
@@ -43,8 +44,8 @@ class DatasizeConfig:
         if workers <= 0:
             raise Fail(f"--workers must be > 0 (got {workers})")
         check_workers("--workers", (workers,))
-        if timeout is not None and timeout <= 0:
-            raise Fail(f"--timeout must be > 0 (got {timeout})")
+        if timeout is not None:  # nan, inf or a week and more: one line, before anything is written
+            check_timeout(timeout)
         py = python or sys.executable
         if not os.access(py, os.X_OK):
             raise Fail(f"--python {py}: not an executable")
@@ -71,7 +72,8 @@ class DatasizeConfig:
                          "files on disk (ffcv pads to 8 MiB pages, tar adds headers)"}
 
     def runtime_record(self) -> dict[str, Any]:
-        from ...datarun import FORMAT_IMAGE, docker_runtime, loader_image
+        from ..data.images import docker_runtime, loader_image
+        from ..data.loaders import FORMAT_IMAGE
 
         if self.runtime != "docker":
             return {"name": "local", "interpreter": self.python}

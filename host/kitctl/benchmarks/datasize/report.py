@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ...reports.format import table
-from ...datarun import FFCV_PUBLISHED_GB, cell_caveats, partial_caveat
+from ..data.caveats import FFCV_PUBLISHED_GB, cell_caveats, partial_caveat
 from .config import IMAGENET_IMAGES
 from .table import FILE_RULES, rows, table_rows
 

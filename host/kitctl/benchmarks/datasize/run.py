@@ -6,7 +6,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from ...datarun import TrialRun, Where, save, write_dataset
+from ..data.session import save
+from ..data.trial import TrialRun, Where, write_dataset
 from .config import DatasizeConfig
 
 SIZE_KEYS = ("images", "jpeg_images", "payload_bytes", "file_bytes", "files", "payload_bytes_per_image",

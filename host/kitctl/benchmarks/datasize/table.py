@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...datarun import FFCV_PUBLISHED_GB
+from ..data.caveats import FFCV_PUBLISHED_GB
 from .config import IMAGENET_IMAGES
 
 # ffcv's DatasetWriter page: its default page_size, 4 × MIN_PAGE_SIZE (2 MiB), which trials/dataload/writers.py keeps.

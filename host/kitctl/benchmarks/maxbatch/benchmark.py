@@ -4,7 +4,7 @@ from . import compare, plots, report
 from .command import maxbatch
 from .config import MaxbatchConfig, MaxbatchRecorded
 
-register(Benchmark(name="maxbatch", title="Max batch", config=MaxbatchConfig, command=maxbatch,
+register(Benchmark(name=MaxbatchConfig.BENCHMARK, title=MaxbatchConfig.TITLE, config=MaxbatchConfig, command=maxbatch,
                    report_result=report.result_table, report_ratios=report.ratios, ratio_what="max batch",
                    report_unit="max batch", recorded=MaxbatchRecorded, load_rows=report.load_rows,
                    cells=report.cells, question=report.QUESTION, meta_count=report.meta_count,

@@ -1,38 +1,37 @@
-"""`kitctl run maxbatch`: its flags into a MaxbatchConfig, the run started through kitctl.launch."""
+"""`kitctl run maxbatch`: its flags into a MaxbatchConfig, the run started through kitctl.session."""
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
-import typer
-
-from ... import launch
+from ...run import session
 from ...core.device import default_cpu_max_batch
 from ...output import ResultOutput
-from ...core.search import STRATEGIES
-from ...errors import EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, Fail, err
+from .search.strategies import STRATEGIES
+from ...errors import EXIT_INCOMPLETE, EXIT_OK, Exit, Fail, fail
 from ...runtimes.base import RuntimeUnavailable
-from ...runconfig import (O_ALLOW_CODE_CHANGE, O_CSV, O_CUDNN, O_DATA_DIR, O_DATASET, O_DEVICE, O_ENGINES, O_GPU,
-                          O_GPU_REQUEST, O_IDLE_THRESHOLD, O_IMAGE_SIZE, O_JSON, O_MEMORY_LIMIT, O_PRECISION,
-                          O_PYTHON, O_REQUIRE_IDLE, O_RESERVE,
-                          O_RESULTS_DIR, O_RESUME, O_RUNTIME, O_TIMEOUT, O_VRAM_LIMIT, Dataset, Device,
-                          GpuRequestName, Precision, RuntimeName, choose_device)
+from ...cli.options import (O_ALLOW_CODE_CHANGE, O_CSV, O_CUDNN, O_DATASET, O_DATA_DIR, O_DEVICE, O_ENGINES, O_GPU,
+                            O_GPU_REQUEST, O_IDLE_THRESHOLD, O_IMAGE_SIZE, O_JSON, O_MEMORY_LIMIT, O_PRECISION,
+                            O_PYTHON, O_REQUIRE_IDLE, O_RESERVE, O_RESULTS_DIR, O_RESUME, O_RUNTIME, O_TIMEOUT,
+                            O_VRAM_LIMIT, Context, Option, given_flags)
+from ...run.config import Dataset, Device, GpuRequestName, Precision, RuntimeName, choose_device
+from ...cli.view import run_view
 from .config import DEFAULT_MAX_BATCH, MaxbatchConfig
 from .run import Lane, Runner, RunPlan, SlotPlan
 from .table import all_have_capacity, print_table
 
 
 def maxbatch(
-    ctx: typer.Context,
+    ctx: Context,
     engines: str = O_ENGINES,
     precision: Precision = O_PRECISION,
     device: Device = O_DEVICE,
     gpu: Optional[str] = O_GPU,
     vram_limit: Optional[int] = O_VRAM_LIMIT,
     reserve: int = O_RESERVE,
-    start_batch: int = typer.Option(128, help="First candidate."),
-    max_batch: int = typer.Option(DEFAULT_MAX_BATCH, help="Largest batch the search may try."),
+    start_batch: int = Option(128, help="First candidate."),
+    max_batch: int = Option(DEFAULT_MAX_BATCH, help="Largest batch the search may try."),
     timeout: Optional[float] = O_TIMEOUT,
     runtime: RuntimeName = O_RUNTIME,
     dataset: Dataset = O_DATASET,
@@ -41,8 +40,8 @@ def maxbatch(
     require_gpu_idle: bool = O_REQUIRE_IDLE,
     idle_threshold: float = O_IDLE_THRESHOLD,
     memory_limit: Optional[int] = O_MEMORY_LIMIT,
-    calibration_batch: int = typer.Option(16, help="Batch of the overhead-calibration candidate (GPU)."),
-    strategy: str = typer.Option("protocol", help=f"Search strategy: {', '.join(STRATEGIES)}."),
+    calibration_batch: int = Option(16, help="Batch of the overhead-calibration candidate (GPU)."),
+    strategy: str = Option("protocol", help=f"Search strategy: {', '.join(STRATEGIES)}."),
     python: Optional[str] = O_PYTHON,
     results_dir: Path = O_RESULTS_DIR,
     resume: Optional[Path] = O_RESUME,
@@ -50,25 +49,25 @@ def maxbatch(
     gpu_request: GpuRequestName = O_GPU_REQUEST,
     as_json: bool = O_JSON,
     csv: Optional[Path] = O_CSV,
-    gpus: Optional[str] = typer.Option(None, help="Several GPUs of this host, e.g. 0,1 or all: cells run side "
-                                       "by side, one per GPU, each GPU with its own baseline, sampler, "
-                                       "gate and calibration (cards of one model)."),
-    cluster: Optional[str] = typer.Option(None, help="ray://HOST:PORT or auto: each cell runs on a node of a Ray "
-                                          "cluster (needs the ray extra); one artifact here."),
-    gpu_model: Optional[str] = typer.Option(None, help="With --cluster: only nodes offering the custom resource "
-                                            "kitctl-gpu-model:<NAME>, e.g. H200."),
+    gpus: Optional[str] = Option(None, help="Several GPUs of this host, e.g. 0,1 or all: cells run side "
+                                 "by side, one per GPU, each GPU with its own baseline, sampler, "
+                                 "gate and calibration (cards of one model)."),
+    cluster: Optional[str] = Option(None, help="ray://HOST:PORT or auto: each cell runs on a node of a Ray "
+                                    "cluster (needs the ray extra); one artifact here."),
+    gpu_model: Optional[str] = Option(None, help="With --cluster: only nodes offering the custom resource "
+                                      "kitctl-gpu-model:<NAME>, e.g. H200."),
     image_size: int = O_IMAGE_SIZE,
-    speculate: bool = typer.Option(True, "--speculate/--no-speculate",
-                                   help="With --gpus: a GPU left without a cell of its own runs "
-                                   "further candidates of a running cell (the ones its search would ask for "
-                                   "next under each outcome); the answer is the one-GPU search's either way."),
-    slots: str = typer.Option("1", help="N or auto: up to N candidates of a search at the same time on one device, "
-                              "each gated by its own memory (GPU: per-process NVML usage; CPU: its memory cap), "
-                              "when N × (limit + allowance) fits the device (auto: as many as fit, at most one "
-                              "per core); the answer is the one-slot search's."),
+    speculate: bool = Option(True, "--speculate/--no-speculate",
+                             help="With --gpus: a GPU left without a cell of its own runs "
+                             "further candidates of a running cell (the ones its search would ask for "
+                             "next under each outcome); the answer is the one-GPU search's either way."),
+    slots: str = Option("1", help="N or auto: up to N candidates of a search at the same time on one device, "
+                        "each gated by its own memory (GPU: per-process NVML usage; CPU: its memory cap), "
+                        "when N × (limit + allowance) fits the device (auto: as many as fit, at most one "
+                        "per core); the answer is the one-slot search's."),
 ) -> None:
     """Largest training batch that completes one ResNet-50 step, per engine and precision."""
-    launch.check_output_flags(csv)
+    session.check_output_flags(csv)
     console = ResultOutput(as_json, csv)
     def new_config() -> MaxbatchConfig:
         choice = choose_device(device.value, memory_limit, runtime.value, python, engines, gpu=gpu, gpus=gpus,
@@ -83,15 +82,15 @@ def maxbatch(
                                         gpu_model, speculate, image_size=image_size, slots=slots)
         return cfg.with_run(replace(cfg.run, device_choice=choice))
 
-    s = launch.start("maxbatch", launch.given_flags(ctx), resume, timeout, gpu, results_dir, python,
+    s = session.start(MaxbatchConfig, given_flags(ctx), resume, timeout, gpu, results_dir, python,
                      require_gpu_idle, idle_threshold,
                      new_config,
                      gpu_request=gpu_request.value, allow_code_change=allow_code_change)
     cfg: MaxbatchConfig = s.config
     plan = RunPlan(engines=s.engines, precisions=list(cfg.run.precisions),
-                   base_request=launch.base_request("maxbatch", cfg.run, batch=1), search=cfg.search,
+                   base_request=session.base_request("maxbatch", cfg.run, batch=1), search=cfg.search,
                    strategy=cfg.strategy, timeout_s=cfg.run.timeout_s, budget=s.gpuctx.budget if s.gpuctx else None,
-                   calibration_batch=cfg.calibration_batch, watcher_factory=launch.watcher_factory(s.gpuctx))
+                   calibration_batch=cfg.calibration_batch, watcher_factory=session.watcher_factory(s.gpuctx))
     lanes = None
     slot_plan = None
     if cfg.slots != "1":
@@ -100,39 +99,38 @@ def maxbatch(
         except (Fail, RuntimeUnavailable) as exc:
             s.rt.close()
             s.store.release()
-            err.print(f"kitctl: {exc}")
-            raise typer.Exit(EXIT_USAGE)
+            raise fail(exc)
     if s.gpus:
-        lanes = [Lane(rt, ctx.budget, launch.watcher_factory(ctx), {"index": ctx.info.index, "uuid": ctx.info.uuid})
+        lanes = [Lane(rt, ctx.budget, session.watcher_factory(ctx), {"index": ctx.info.index, "uuid": ctx.info.uuid})
                  for ctx, rt in s.gpus]
     if cfg.cluster:
-        from ... import cluster as ray_cluster
+        from ...runtimes import ray as ray_cluster
 
         try:
-            lanes = ray_cluster.lanes_for(cfg, s)
+            rts, budget, gate = ray_cluster.cluster_runtimes(cfg, s)
+            lanes = [Lane(rt, budget, gate, None) for rt in rts]
         except (Fail, RuntimeUnavailable) as exc:
             s.rt.close()
             s.store.release()
             ray_cluster.disconnect()
-            err.print(f"kitctl: {exc}")
-            raise typer.Exit(EXIT_USAGE)
+            raise fail(exc)
         plan = replace(plan, budget=lanes[0].budget, watcher_factory=lanes[0].watcher_factory)
-    runner = Runner(plan, s.rt, s.store, s.doc, launch.make_view(None, s), lanes=lanes,
+    runner = Runner(plan, s.rt, s.store, s.doc, run_view(None, s), lanes=lanes,
                     speculate=cfg.speculate and not cfg.cluster,  # Ray lanes: one cell per node, as before
                     slot_plan=slot_plan)
     try:
-        doc, final = launch.execute(runner, s.store)
+        doc, final = session.execute(runner, s.store)
     finally:
         if cfg.cluster:
-            from ... import cluster as ray_cluster
+            from ...runtimes import ray as ray_cluster
 
             ray_cluster.disconnect()
     print_table(console, cfg.run.model, cfg.run.dataset, doc, final)
-    launch.finish_output(console, doc)
-    raise typer.Exit(EXIT_OK if all_have_capacity(doc) else EXIT_INCOMPLETE)
+    session.finish_output(console, doc)
+    raise Exit(EXIT_OK if all_have_capacity(doc) else EXIT_INCOMPLETE)
 
 
-def slot_lanes(cfg: MaxbatchConfig, s: launch.Setup, plan: RunPlan,
+def slot_lanes(cfg: MaxbatchConfig, s: session.Setup, plan: RunPlan,
                idle_threshold: float) -> tuple[list[Lane] | None, SlotPlan | None]:
     """--slots: how many fit the device (recorded as the artifact's "slots"), and one lane per slot,
     each with its own runtime (its own running candidate) on the run's one device. On a GPU one NVML

@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from ...core.search import STRATEGIES, SearchConfig
+from .search.protocol import SearchConfig
+from .search.strategies import STRATEGIES
 from ...errors import Fail
-from ...runconfig import (BOOL, COMMON_KEYS, DEFAULT_IMAGE_SIZE, INT, STR, RunConfig, check_counts, check_min_batch,
+from ...run.config import (BOOL, COMMON_KEYS, DEFAULT_IMAGE_SIZE, INT, STR, RunConfig, check_counts, check_min_batch,
                           engine_names)
 
 DEFAULT_MAX_BATCH = 1 << 20
@@ -52,13 +53,15 @@ class MaxbatchConfig:
     cluster: str | None = None  # --cluster ray://HOST:PORT | auto: cells placed by Ray
     gpu_model: str | None = None  # --gpu-model: only nodes offering that custom resource
     # --speculate: lanes left without a cell of their own run further candidates of a running
-    # cell (core/speculate.py); the answer is the sequential search's either way.
+    # cell (benchmarks/maxbatch/search/speculate.py); the answer is the sequential search's either way.
     speculate: bool = True
     # --slots: up to N candidates of one search at once on one device ("1": one at a time, "auto":
     # as many as fit; core/slots.py). Written into the configuration only when not "1", so a run
     # with one slot records exactly what a run before --slots did.
     slots: str = "1"
 
+    BENCHMARK: ClassVar[str] = "maxbatch"  # `kitctl run maxbatch`, the artifact's "benchmark"
+    TITLE: ClassVar[str] = "Max batch"  # in headings
     OWN_KEYS: ClassVar[dict[str, tuple[type, ...]]] = {"start_batch": INT, "max_batch": INT,
                                                         "calibration_batch": INT, "strategy": STR,
                                                         "gpus": STR + (type(None),),
@@ -78,7 +81,7 @@ class MaxbatchConfig:
                    image_size: int = DEFAULT_IMAGE_SIZE, slots: str = "1") -> MaxbatchConfig:
         names = engine_names(engines)
         if cluster is not None:
-            from ...cluster import check_form
+            from ...runtimes.ray import check_form
 
             check_form(cluster)
             if gpus is not None or gpu is not None:
@@ -142,6 +145,6 @@ class MaxbatchConfig:
 
     def cell_problem(self, cell: dict[str, Any]) -> str | None:
         """Why a partial's recorded cell is not one this search could have left, or None."""
-        from .run import cell_search, replay_problem, slot_offset
+        from .cells import cell_search, replay_problem, slot_offset
 
         return replay_problem(cell["trials"], cell_search(self.search, cell), self.strategy, slot_offset(cell))

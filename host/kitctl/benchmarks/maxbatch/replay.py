@@ -15,10 +15,11 @@ import bisect
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ...core.guided import compiled_points
+from .search.guided import compiled_points
 from ...core.outcome import Status
-from ...core.search import Decision, SearchConfig, run_search
-from .run import cell_search, compiled_peak
+from .search.protocol import Decision, SearchConfig
+from .search.strategies import run_search
+from .cells import cell_search, compiled_peak
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ from . import compare, plots, report
 from .command import throughput
 from .config import ThroughputConfig, ThroughputRecorded
 
-register(Benchmark(name="throughput", title="Training throughput", config=ThroughputConfig, command=throughput,
+register(Benchmark(name=ThroughputConfig.BENCHMARK, title=ThroughputConfig.TITLE, config=ThroughputConfig,
+                   command=throughput,
                    report_result=report.result_table, report_ratios=report.ratios, ratio_what="median images/s",
                    report_unit="images/s (median)", recorded=ThroughputRecorded, load_rows=report.load_rows,
                    cells=report.cells, question=report.QUESTION, meta_count=report.meta_count,

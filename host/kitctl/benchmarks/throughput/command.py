@@ -1,50 +1,49 @@
-"""`kitctl run throughput`: its flags into a ThroughputConfig, the run started through kitctl.launch."""
+"""`kitctl run throughput`: its flags into a ThroughputConfig, the run started through kitctl.session."""
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
-import typer
-
-from ... import launch
+from ...run import session
 from ...output import ResultOutput
-from ...errors import EXIT_INCOMPLETE, EXIT_OK
-from ...runconfig import (O_ALLOW_CODE_CHANGE, O_CSV, O_CUDNN, O_DATA_DIR, O_DATASET, O_DEVICE, O_ENGINES, O_GPU,
-                          O_GPU_REQUEST, O_IDLE_THRESHOLD, O_IMAGE_SIZE, O_JSON, O_MEMORY_LIMIT, O_PRECISION,
-                          O_PYTHON, O_REQUIRE_IDLE, O_RESERVE,
-                          O_RESULTS_DIR, O_RESUME, O_RUNTIME, O_TIMEOUT, O_VRAM_LIMIT, Dataset, Device,
-                          GpuRequestName, Precision, RuntimeName, choose_device)
+from ...errors import EXIT_INCOMPLETE, EXIT_OK, Exit
+from ...cli.options import (O_ALLOW_CODE_CHANGE, O_CSV, O_CUDNN, O_DATASET, O_DATA_DIR, O_DEVICE, O_ENGINES, O_GPU,
+                            O_GPU_REQUEST, O_IDLE_THRESHOLD, O_IMAGE_SIZE, O_JSON, O_MEMORY_LIMIT, O_PRECISION,
+                            O_PYTHON, O_REQUIRE_IDLE, O_RESERVE, O_RESULTS_DIR, O_RESUME, O_RUNTIME, O_TIMEOUT,
+                            O_VRAM_LIMIT, Context, Option, given_flags)
+from ...run.config import Dataset, Device, GpuRequestName, Precision, RuntimeName, choose_device
+from ...cli.view import run_view
 from .config import MAX_WARMUP_SECONDS, STEADY_TOLERANCE, WINDOW_IMAGES, WINDOW_SECONDS, ThroughputConfig
 from .table import all_ok, print_table
 
 
 def throughput(
-    ctx: typer.Context,
+    ctx: Context,
     engines: str = O_ENGINES,
     precision: Precision = O_PRECISION,
     device: Device = O_DEVICE,
     gpu: Optional[str] = O_GPU,
     vram_limit: Optional[int] = O_VRAM_LIMIT,
     reserve: int = O_RESERVE,
-    batch: int = typer.Option(128, help="Training batch of every run."),
-    runs: int = typer.Option(5, help="Fresh processes/containers per engine × precision."),
-    warmup_steps: Optional[int] = typer.Option(
-        None, help="Untimed steps first, exactly this many (default: warm up until two successive chunks of steps "
-        "agree within --steady-tolerance, after compilation, autotuning and graph capture)."),
-    steps: Optional[int] = typer.Option(
-        None, help="Timed steps, exactly this many (default: the window rule, --window-images and --window-seconds). "
-        "images/s = batch × steps ÷ the window's wall time."),
-    window_images: Optional[int] = typer.Option(
-        None, help=f"The timed window holds at least this many images (default {WINDOW_IMAGES:,}: the reference "
-        "runner's two epochs of 390 steps at batch 128; on --device cpu none)."),
-    window_seconds: Optional[float] = typer.Option(
-        None, help=f"The timed window lasts at least this long (default {WINDOW_SECONDS:g} s); the longer of the two "
-        "minimums decides."),
-    steady_tolerance: float = typer.Option(
-        STEADY_TOLERANCE, help="Warm-up ends when two successive chunks' rates agree within this fraction; a run whose "
-        "window halves differ by more is marked not steady (its figure kept)."),
-    max_warmup_seconds: float = typer.Option(MAX_WARMUP_SECONDS, help="Bound on the warm-up until steady."),
+    batch: int = Option(128, help="Training batch of every run."),
+    runs: int = Option(5, help="Fresh processes/containers per engine × precision."),
+    warmup_steps: Optional[int] = Option(
+  None, help="Untimed steps first, exactly this many (default: warm up until two successive chunks of steps "
+  "agree within --steady-tolerance, after compilation, autotuning and graph capture)."),
+    steps: Optional[int] = Option(
+  None, help="Timed steps, exactly this many (default: the window rule, --window-images and --window-seconds). "
+  "images/s = batch × steps ÷ the window's wall time."),
+    window_images: Optional[int] = Option(
+  None, help=f"The timed window holds at least this many images (default {WINDOW_IMAGES:,}: the reference "
+  "runner's two epochs of 390 steps at batch 128; on --device cpu none)."),
+    window_seconds: Optional[float] = Option(
+  None, help=f"The timed window lasts at least this long (default {WINDOW_SECONDS:g} s); the longer of the two "
+  "minimums decides."),
+    steady_tolerance: float = Option(
+  STEADY_TOLERANCE, help="Warm-up ends when two successive chunks' rates agree within this fraction; a run whose "
+  "window halves differ by more is marked not steady (its figure kept)."),
+    max_warmup_seconds: float = Option(MAX_WARMUP_SECONDS, help="Bound on the warm-up until steady."),
     image_size: int = O_IMAGE_SIZE,
     timeout: Optional[float] = O_TIMEOUT,
     runtime: RuntimeName = O_RUNTIME,
@@ -65,7 +64,7 @@ def throughput(
     """Steady-state training images/s at one batch, per engine and precision, over fresh runs."""
     from .run import ThroughputPlan, ThroughputRunner
 
-    launch.check_output_flags(csv)
+    session.check_output_flags(csv)
     console = ResultOutput(as_json, csv)
     def new_config() -> ThroughputConfig:
         choice = choose_device(device.value, memory_limit, runtime.value, python, engines, gpu=gpu,
@@ -79,18 +78,18 @@ def throughput(
                                           max_warmup_seconds=max_warmup_seconds)
         return cfg.with_run(replace(cfg.run, device_choice=choice))
 
-    s = launch.start("throughput", launch.given_flags(ctx), resume, timeout, gpu, results_dir, python,
+    s = session.start(ThroughputConfig, given_flags(ctx), resume, timeout, gpu, results_dir, python,
                      require_gpu_idle, idle_threshold,
                      new_config,
                      gpu_request=gpu_request.value, allow_code_change=allow_code_change)
     cfg: ThroughputConfig = s.config
-    base = launch.base_request("throughput", cfg.run, **cfg.request_fields())
+    base = session.base_request("throughput", cfg.run, **cfg.request_fields())
     plan = ThroughputPlan(engines=s.engines, precisions=list(cfg.run.precisions), base_request=base, runs=cfg.runs,
                           timeout_s=cfg.run.timeout_s, budget=s.gpuctx.budget if s.gpuctx else None,
-                          ci_level=cfg.ci_level, watcher_factory=launch.watcher_factory(s.gpuctx, telemetry=True),
+                          ci_level=cfg.ci_level, watcher_factory=session.watcher_factory(s.gpuctx, telemetry=True),
                           steady_tolerance=cfg.steady_tolerance)
-    runner = ThroughputRunner(plan, s.rt, s.store, s.doc, launch.make_view(None, s))  # type: ignore[arg-type]
-    doc, final = launch.execute(runner, s.store)
+    runner = ThroughputRunner(plan, s.rt, s.store, s.doc, run_view(None, s))  # type: ignore[arg-type]
+    doc, final = session.execute(runner, s.store)
     print_table(console, cfg.run.model, cfg.run.dataset, cfg.batch, doc, final, cfg.run.image_size)
-    launch.finish_output(console, doc)
-    raise typer.Exit(EXIT_OK if all_ok(doc) else EXIT_INCOMPLETE)
+    session.finish_output(console, doc)
+    raise Exit(EXIT_OK if all_ok(doc) else EXIT_INCOMPLETE)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from ...errors import Fail
-from ...runconfig import (COMMON_KEYS, DEFAULT_IMAGE_SIZE, INT, NUM, RunConfig, check_counts, check_min_batch,
+from ...run.config import (COMMON_KEYS, DEFAULT_IMAGE_SIZE, INT, NUM, RunConfig, check_counts, check_min_batch,
                           engine_names)
 
 CI_LEVEL = 0.95
@@ -34,6 +34,8 @@ class ThroughputConfig:
     steady_tolerance: float = STEADY_TOLERANCE
     max_warmup_seconds: float = MAX_WARMUP_SECONDS
 
+    BENCHMARK: ClassVar[str] = "throughput"  # `kitctl run throughput`, the artifact's "benchmark"
+    TITLE: ClassVar[str] = "Training throughput"  # in headings
     OWN_KEYS: ClassVar[dict[str, tuple[type, ...]]] = {"batch": INT, "runs": INT, "warmup_steps": INT + NONE,
                                                         "steps": INT + NONE}
     # Keys a run before the window rule did not write: absent means its fixed-steps behaviour.
@@ -129,8 +131,6 @@ class ThroughputConfig:
 
     def cell_problem(self, cell: dict[str, Any]) -> str | None:
         """Why a partial's recorded cell is not one these runs could have left, or None."""
-        from .run import replay_problem
-
         return replay_problem(cell, self.batch, self.runs)
 
     def request_fields(self) -> dict[str, Any]:
@@ -159,3 +159,20 @@ class ThroughputRecorded:
     steady_tolerance: Any = None
     window_rule: Any = None
     image_size: Any = None
+
+
+def replay_problem(cell: dict[str, Any], batch: int, runs: int) -> str | None:
+    """Why a recorded cell is not one this configuration's runs could have left, or None."""
+    if cell.get("batch", batch) != batch:
+        return f"its batch is {cell.get('batch')}, the configuration's {batch}"
+    recorded = cell["runs"]
+    if len(recorded) > runs:
+        return f"it records {len(recorded)} runs of {runs}"
+    for i, r in enumerate(recorded, 1):
+        if r["run"] != i or r.get("batch", batch) != batch:
+            return f"run {i} is numbered {r['run']} at batch {r.get('batch')}"
+        if "status" not in r:
+            return f"run {i} has no outcome"
+        if r["status"] != "ok" and i < len(recorded):
+            return f"run {i} failed, yet more runs follow it"
+    return None

@@ -17,7 +17,7 @@ from ...core.budget import Budget
 from ...core.engines import Engine
 from ...core.outcome import Status, TrialOutcome
 from ...core.protocol import TrialRequest
-from ...runner import UnitRunner, find_cell
+from ...run.runner import UnitRunner, find_cell
 from ...core.watch import Watcher
 from ...core.stats import median, summarize
 from ...core.steadiness import cell_steadiness
@@ -82,23 +82,6 @@ def _medians(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
         return median(vals) if vals else None
     out = {"joules_per_image": med("joules_per_image"), "mean_watts": med("mean_watts"), "runs": len(runs)}
     return None if out["joules_per_image"] is None and out["mean_watts"] is None else out
-
-
-def replay_problem(cell: dict[str, Any], batch: int, runs: int) -> str | None:
-    """Why a recorded cell is not one this configuration's runs could have left, or None."""
-    if cell.get("batch", batch) != batch:
-        return f"its batch is {cell.get('batch')}, the configuration's {batch}"
-    recorded = cell["runs"]
-    if len(recorded) > runs:
-        return f"it records {len(recorded)} runs of {runs}"
-    for i, r in enumerate(recorded, 1):
-        if r["run"] != i or r.get("batch", batch) != batch:
-            return f"run {i} is numbered {r['run']} at batch {r.get('batch')}"
-        if "status" not in r:
-            return f"run {i} has no outcome"
-        if r["status"] != "ok" and i < len(recorded):
-            return f"run {i} failed, yet more runs follow it"
-    return None
 
 
 def _max(xs: list[Any]) -> float | None:

@@ -8,12 +8,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...datarun import DATA_ENCODINGS as ENCODINGS
-from ...datarun import LOADER_FORMAT as FORMAT_OF
-from ...datarun import GPU_LOADERS, LOADER_IMAGE, TORCH_IMAGES, check_corpus, check_data_dir, check_workers, \
-    corpus_images, detect_gpu, loader_image, loader_runtime, parse_ints, parse_names
+from ..data.loaders import DATA_ENCODINGS as ENCODINGS
+from ..data.loaders import LOADER_FORMAT as FORMAT_OF
+from ..data.checks import check_corpus, check_data_dir, check_workers, parse_ints, parse_names
+from ..data.corpus import corpus_images
+from ..data.images import loader_image, loader_runtime
+from ..data.loaders import GPU_LOADERS, LOADER_IMAGE, TORCH_IMAGES
+from ...core.gpu import detect_gpu
 from ...errors import Fail
-from ...runconfig import check_counts
+from ...run.config import check_counts, check_timeout
 from ...core.loader_window import STEADY_TOLERANCE, LoaderWindow
 
 # dali-gpu's batches stay in DALI's GPU tensors (no hand-off to torch in the trial yet)
@@ -79,8 +82,8 @@ class TrainE2EConfig:
             raise Fail(f"--encoding: unknown {encoding!r} (known: {', '.join(ENCODINGS)})")
         if limit is not None and limit <= 0:
             raise Fail(f"--limit must be > 0 (got {limit})")
-        if timeout is not None and timeout <= 0:
-            raise Fail(f"--timeout must be > 0 (got {timeout})")
+        if timeout is not None:  # nan, inf or a week and more: one line, before anything is written
+            check_timeout(timeout)
         window = None
         if window_images is not None or window_seconds is not None:
             window = LoaderWindow.of(window_images, window_seconds,

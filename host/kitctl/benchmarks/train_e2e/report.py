@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ...datarun import cell_caveats, partial_caveat
+from ..data.caveats import cell_caveats, partial_caveat
 from ...reports.format import table
 from .table import KEEPS_BUSY, busy_what, has_window_rule, table_rows, verdict
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ...core.stats import summarize
-from ...datarun import LOADER_FORMAT as FORMAT_OF
-from ...datarun import Where, corpus_images, corpus_key, dataset_dir, prepare_datasets, run_on_dataset, save
+from ..data.loaders import LOADER_FORMAT as FORMAT_OF
+from ..data.corpus import corpus_images, corpus_key
+from ..data.datasets import dataset_dir, prepare_datasets
+from ..data.session import save
+from ..data.trial import Where, run_on_dataset
 from .config import TrainE2EConfig
 
 FIGURES = ("train_images_per_second", "loader_images_per_second", "busy_fraction", "data_wait_fraction",

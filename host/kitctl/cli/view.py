@@ -13,7 +13,9 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .core.outcome import TrialOutcome
+from ..core.outcome import TrialOutcome
+from ..run.runner import CANCELLED
+
 
 MAX_ROWS = 30  # the live table keeps the latest candidates; the artifact keeps them all
 
@@ -29,9 +31,6 @@ def _peak_text(o: TrialOutcome) -> str:
     if getattr(p, "host_rss_mib", None) is not None:  # --device cpu: the trial's host memory
         return f"{p.host_rss_mib:,.0f} (RSS)"
     return "—"
-
-
-CANCELLED = "cancelled"  # the runner's `what` for a speculative candidate it stopped (core/speculate.py)
 
 
 def _done_text(o: TrialOutcome, what: str) -> str:
@@ -217,3 +216,15 @@ class LiveView:
 def make_view(console: Console, title: str = "kitctl") -> PlainView | LiveView:
     """`console`: stderr's (the view never writes to stdout). `title`: the benchmark, e.g. "Max batch"."""
     return LiveView(console, title) if console.is_terminal else PlainView(title=title)
+
+
+def run_view(console: Console | None, s: Any) -> PlainView | LiveView:
+    """The live view, on stderr (`console`: a stderr console, default the process's), titled with the
+    benchmark (`s`: the run's kitctl.run.session.Setup)."""
+    from ..output import stderr_console
+
+    view = make_view(console or stderr_console(), f"{s.config.TITLE} — candidates")
+    for n in s.notes:
+        view.note(n)
+    view.note(f"run {s.doc['run_id']} ({s.rt.name} runtime)")
+    return view

@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
-from .core.budget import Budget, make_budget
-from .core.outcome import KilledBy, Status, TrialOutcome
-from .core.protocol import TrialRequest
-from .errors import Fail
-from .runtimes.base import Runtime
+from ..core.budget import Budget, make_budget
+from ..core.outcome import KilledBy, Status, TrialOutcome
+from ..core.protocol import TrialRequest
+from ..errors import Fail
+from .base import Runtime
 
 CONNECT_CHECK_S = 5.0
 GPU_MODEL_RESOURCE = "kitctl-gpu-model:"  # + the model, e.g. "kitctl-gpu-model:H200" (1 per GPU)
@@ -113,8 +113,8 @@ class NodeAgent:
     """Runs on a cluster node (as a Ray actor): one candidate per call, on this node's GPU."""
 
     def __init__(self, spec: AgentSpec) -> None:
-        from .core.engines import ENGINES
-        from .launch import make_runtime
+        from ..core.engines import ENGINES
+        from .factory import make_runtime
 
         ray = _ray()
         self.spec = spec
@@ -124,7 +124,7 @@ class NodeAgent:
         self.budget: Budget | None = None
         uuid = None
         if spec.device == "cuda":
-            from .core.gpu import Nvml
+            from ..core.gpu import Nvml
 
             # Ray sets CUDA_VISIBLE_DEVICES to the GPU it gave this actor: NVML numbers them
             # its own way, so go through the UUID (docs/method.md, "Runtimes").
@@ -148,7 +148,7 @@ class NodeAgent:
     def run(self, request: TrialRequest, timeout_s: float, budget_mib: float | None) -> TrialOutcome:
         watcher = None
         if self.handle is not None:
-            from .core.sampler import NvmlSampler
+            from ..core.sampler import NvmlSampler
 
             watcher = NvmlSampler(self.nvml, self.handle, budget_mib)
         return self.rt.run(request, timeout_s=timeout_s, watcher=watcher)
@@ -174,7 +174,7 @@ class RemoteGate:
     def start(self, handle: Any) -> None: ...
 
     def stop(self) -> Any:
-        from .core.outcome import MemoryPeaks
+        from ..core.outcome import MemoryPeaks
 
         return MemoryPeaks()
 
@@ -273,12 +273,10 @@ class RayRuntime(Runtime):
         self._drop()
 
 
-def lanes_for(cfg: Any, s: Any) -> list[Any]:
-    """One lane per cell (engine × precision), each a RayRuntime: Ray runs as many side by side
-    as the cluster has GPUs (or CPUs) for. The artifact records the cluster and, per candidate,
-    the node (and GPU) that ran it."""
-    from .benchmarks.maxbatch.run import Lane
-
+def cluster_runtimes(cfg: Any, s: Any) -> tuple[list[RayRuntime], Budget | None, Any]:
+    """One RayRuntime per cell (engine × precision): Ray runs as many side by side as the cluster has
+    GPUs (or CPUs) for; with the cards' budget and the gate a lane waits on (None on the CPU). The
+    artifact records the cluster and, per candidate, the node (and GPU) that ran it."""
     ray = _ray()
     info = connect(cfg.cluster)
     run = cfg.run
@@ -307,4 +305,4 @@ def lanes_for(cfg: Any, s: Any) -> list[Any]:
         budget = make_budget(b["card_total_mib"], run.vram_limit_mib, run.reserve_mib)
         s.doc["budget"] = budget.to_json()
     s.doc["cluster"] = info
-    return [Lane(rt, budget, (lambda mib: RemoteGate(mib)) if budget else None, None) for rt in runtimes]
+    return runtimes, budget, (lambda mib: RemoteGate(mib)) if budget else None

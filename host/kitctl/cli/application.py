@@ -2,7 +2,7 @@
 
 `kitctl run <benchmark>` commands come from the benchmark registry (kitctl.benchmarks): each
 benchmark's command parses its flags into its typed config and starts the run through
-kitctl.launch. Exit codes: kitctl.errors.
+kitctl.run.session. Exit codes and the one-line error: kitctl.errors (a command ends by raising its Exit).
 """
 from __future__ import annotations
 
@@ -11,13 +11,15 @@ from typing import Any
 
 import typer
 
-from . import benchmarks, doctor
-from .core import signals
-from .core.signals import Interrupted
-from .errors import EXIT_INTERRUPTED, EXIT_USAGE, err
-from .images import cli as images_cli
-from .reports.cli import register as register_reports
-from .runtimes import clean
+from .. import benchmarks
+from ..core import signals
+from ..core.signals import Interrupted
+from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, Exit, err
+from . import images as images_cli
+from .clean import clean
+from .doctor import doctor
+from .reports import register as register_reports
+
 
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Containerized benchmarks for deep-learning engines: max batch, training throughput, data loading.")
@@ -25,8 +27,8 @@ app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False,
 
 def version_text() -> str:
     """"kitctl 0.1.0 (commit 1a2b3c4d5e6f, dirty)": the version and the commit the code came from."""
-    from . import __version__
-    from .core.provenance import git_state
+    from .. import __version__
+    from ..core.provenance import git_state
 
     try:
         state = git_state()
@@ -56,8 +58,8 @@ app.add_typer(images_cli.images_app, name="images")
 for _b in benchmarks.all():  # a benchmark's own top-level commands (e.g. preparing its data)
     if _b.add_commands is not None:
         _b.add_commands(app)
-app.command("doctor")(doctor.doctor)
-app.command("clean")(clean.clean)
+app.command("doctor")(doctor)
+app.command("clean")(clean)
 
 
 def _hide_flag_types(cmd: Any) -> Any:
@@ -96,6 +98,8 @@ def main() -> None:
         hint = f" (see: {exc.ctx.command_path} --help)" if getattr(exc, "ctx", None) else ""
         err.print(f"kitctl: {exc.format_message()}{hint}")
         sys.exit(EXIT_USAGE)
+    except Exit as exc:  # a command's end below the CLI (kitctl.errors): its line, if any, already said
+        sys.exit(exc.code)
     except (typer.Abort, KeyboardInterrupt):  # typer.Abort is click's Abort in older typer
         err.print("kitctl: aborted")
         sys.exit(EXIT_INTERRUPTED)

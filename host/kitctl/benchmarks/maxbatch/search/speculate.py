@@ -1,6 +1,6 @@
 """Several candidates of one cell at once (speculative split), answers equal by construction.
 
-A strategy (`search.STRATEGIES`) asks for one batch at a time. With k free GPUs the next
+A strategy (`strategies.STRATEGIES`) asks for one batch at a time. With k free GPUs the next
 candidates it *could* ask for are known in advance: the one it asks for now, and for each
 possible outcome of that one (pass / memory failure) the one it would ask for then, and so on —
 a breadth-first tree of the strategy's own decisions. For bisection, k = 3 runs two levels of
@@ -41,9 +41,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
-from .outcome import Status
+from ....core.outcome import Status
 from .guided import compiled_points
-from .search import STRATEGIES, Decision, SearchConfig, Trial
+from .protocol import Decision, SearchConfig, Trial
+from .strategies import STRATEGIES
 
 Decide = Callable[[Sequence[Trial], SearchConfig], Decision]
 

@@ -14,10 +14,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ..errors import EXIT_NOT_COMPARABLE, EXIT_OK, EXIT_REGRESSION, Exit, fail
 from ..core.artifact import ArtifactError
 from ..output import ResultOutput, table_rows
 
-EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_NOT_COMPARABLE = 0, 1, 2, 3
 # A value the schema lets through but the renderer cannot use (an artifact written by hand or by
 # another version): one line naming the file, never a traceback.
 _RENDER_ERRORS = (TypeError, ValueError, KeyError, AttributeError, ZeroDivisionError, IndexError)
@@ -26,8 +26,7 @@ _err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _fail(msg: str) -> None:
-    _err.print(f"kitctl: {msg}", markup=False)
-    raise typer.Exit(EXIT_USAGE)
+    raise fail(msg)
 
 
 def _emit(md: str) -> None:
@@ -80,7 +79,7 @@ def _write_atomic(path: Path, text: str) -> None:
 
 def _newest_result(folder: Path) -> Path:
     """The newest result file in the user's folder (what `kitctl report` alone reports)."""
-    from .results_list import list_results, reference_dir
+    from ..reports.results_list import list_results, reference_dir
 
     try:
         entries = [e for e in list_results(folder) if e.state not in ("unreadable", "other JSON")]
@@ -105,8 +104,8 @@ def report(
                                        "and cell) as CSV to this file."),
 ) -> None:
     """Markdown report of one or more results (printed; --out writes it); without files, the newest in results/."""
-    from .report import render
-    from .sources import load_source
+    from ..reports.report import render
+    from ..reports.sources import load_source
 
     if not results:
         results = [_newest_result(Path("results"))]
@@ -116,7 +115,7 @@ def report(
     except ArtifactError as exc:
         _fail(str(exc))
     if as_json or csv is not None:
-        from .machine import report_document, report_rows
+        from ..reports.machine import report_document, report_rows
 
         try:
             doc = report_document(sources)
@@ -131,7 +130,7 @@ def report(
                 return
     files = []
     if plots is not None:
-        from .plots import PlotError, make_plots
+        from ..reports.plots import PlotError, make_plots
 
         try:
             files = make_plots(sources, plots)
@@ -176,8 +175,8 @@ def compare(
     Exit 0: no regression; 1: a regression beyond --threshold; 2: bad files or flags; 3: not
     comparable (the results measure different things; --force compares them anyway)."""
     from .. import benchmarks
-    from . import compare as cmpmod
-    from .sources import load_source
+    from ..reports import compare as cmpmod
+    from ..reports.sources import load_source
     from ..core.tables import engine_label
 
     if not math.isfinite(threshold) or threshold < 0:
@@ -218,10 +217,10 @@ def compare(
     if csv is not None:
         _write_csv(csv, table_rows(t))
     if as_json:
-        from .machine import compare_document
+        from ..reports.machine import compare_document
 
         _print_json(compare_document(cmp, o, n, rc))
-    raise typer.Exit(rc)
+    raise Exit(rc)
 
 
 def results_list(
@@ -231,7 +230,7 @@ def results_list(
     csv: Optional[Path] = typer.Option(None, "--csv", help="Also write the list as CSV to this file."),
 ) -> None:
     """Every result file in a folder, newest first: benchmark, date, GPU, engines, headline, state."""
-    from .results_list import is_result, list_results, reference_dir
+    from ..reports.results_list import is_result, list_results, reference_dir
 
     _check_csv(csv)
     try:

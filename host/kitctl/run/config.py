@@ -1,5 +1,5 @@
-"""What every run shares, typed: the flags of `kitctl run <benchmark>` common to the training
-benchmarks (engines, precision, device, GPU budget, runtime, data) and `RunConfig`, the frozen
+"""What every run shares, typed: the settings of `kitctl run <benchmark>` common to the training
+benchmarks (engines, precision, device, GPU budget, runtime, data; their flags: kitctl.cli.options) and `RunConfig`, the frozen
 configuration built and checked once from them. A benchmark's own config holds a `RunConfig`
 beside its own fields; the artifact's "configuration" keys are written by `json_head`/`json_tail`.
 """
@@ -9,14 +9,13 @@ import enum
 import math
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import typer
 
-from .core.device import DeviceChoice, choose
-from .core.engines import ENGINES, MODEL_MIN_BATCH, parse_engines
-from .errors import Fail
+from ..core.device import DeviceChoice, choose
+from ..core.engines import MODEL_MIN_BATCH, parse_engines
+from ..errors import Fail
+
 
 DEFAULT_TIMEOUT_S = 900.0
 # Sane bounds, checked before anything is written (a run's and a resumed partial's alike).
@@ -57,48 +56,6 @@ class Dataset(str, enum.Enum):
     synthetic = "synthetic"
     cifar10 = "cifar10"
 
-
-# Options shared by the `run` commands (typer reads these as defaults).
-O_ENGINES = typer.Option("pytorch-eager", help=f"Comma-separated: {', '.join(ENGINES)}.")
-O_PRECISION = typer.Option(Precision.fp32, help="fp32, bf16 or both.")
-O_DEVICE = typer.Option(Device.auto, help="auto (default): the GPU when one is usable, else the CPU with a "
-                        "memory cap it prints; cuda; or cpu (capped: --memory-limit, else the same default cap).")
-O_GPU = typer.Option(None, help="GPU index (NVML order) or UUID; default 0. With --resume: continue on "
-                     "this GPU, which must be the same model, memory and driver as the partial's.")
-O_VRAM_LIMIT = typer.Option(None, help="L in MiB (default: the card's total): emulate a smaller card.")
-O_RESERVE = typer.Option(256, help="R in MiB; the budget is B = L − R.")
-O_TIMEOUT = typer.Option(None, help=f"Seconds per candidate before the kit kills it (default {DEFAULT_TIMEOUT_S:.0f}, "
-                         "at most 7 days).")
-O_RUNTIME = typer.Option(RuntimeName.auto, help="auto: docker when the daemon answers and the image exists, else local.")
-O_DATASET = typer.Option(Dataset.synthetic, help="synthetic or cifar10.")
-O_DATA_DIR = typer.Option(None, help="CIFAR-10 folder (binary or python layout) or its parent.")
-O_IMAGE_SIZE = typer.Option(DEFAULT_IMAGE_SIZE, help="Input side in pixels: 32 (CIFAR-10 geometry, the default) "
-                            f"or e.g. 224 (ImageNet geometry, synthetic data); {MIN_IMAGE_SIZE} to {MAX_IMAGE_SIZE}.")
-O_CUDNN = typer.Option(False, "--cudnn-benchmark/--no-cudnn-benchmark",
-                       help="Turn cuDNN autotuning on (changes memory use).")
-O_REQUIRE_IDLE = typer.Option(False, "--require-gpu-idle/--no-require-gpu-idle",
-                              help="Refuse to start when the GPU holds memory.")
-O_IDLE_THRESHOLD = typer.Option(1024.0, help="MiB in use above which the GPU is not idle.")
-O_MEMORY_LIMIT = typer.Option(None, help="Host memory limit per candidate in MiB (--device cpu; 6 MiB to the "
-                              "host's RAM). Default on the CPU: a quarter of the available RAM, at most 2,048.")
-O_PYTHON = typer.Option(None, help="Interpreter for the local runtime (default: this one).")
-O_RESULTS_DIR = typer.Option(Path("results"), help="Where artifacts are written.")
-O_RESUME = typer.Option(None, help="Continue the run in this .partial.json, with its own configuration, runtime, "
-                        "image or interpreter; beside it only --timeout, --gpu, --require-gpu-idle and "
-                        "--idle-threshold are accepted (and --gpu-request, checked against the partial's).")
-O_ALLOW_CODE_CHANGE = typer.Option(False, "--allow-code-change",
-                                   help="With --resume: continue although the kit's or the trial's code hashes "
-                                   "otherwise than the partial recorded (refused without it); the resume entry "
-                                   "records the old and new hashes.")
-# What a command prints, not what it measures (accepted beside --resume too).
-O_JSON = typer.Option(False, "--json", help="Print the artifact's JSON document on stdout at the end (instead of "
-                      "the table); progress stays on stderr.")
-O_CSV = typer.Option(None, "--csv", help="Also write the end table as CSV to this file.")
-# The data benchmarks' --resume: they have no --gpu/--timeout beside it; every setting is the partial's.
-O_RESUME_DATA = typer.Option(None, help="Continue the run in this .partial.json with its own configuration "
-                             "(its loaders, data, workers, runs and runtime): the other settings are the partial's.")
-O_GPU_REQUEST = typer.Option(GpuRequestName.auto, help="How Docker attaches the GPU: toolkit (NVIDIA Container "
-                             "Toolkit, --gpus style), cdi (nvidia.com/gpu=UUID) or auto (probe once: what works).")
 
 # The common configuration keys a run writes, with their JSON types; a partial's are checked against
 # these and then rebuilt through the very checks its flags went through.

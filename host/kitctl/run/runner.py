@@ -12,15 +12,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Protocol
 
-from .core import signals
-from .core.artifact import ArtifactStore, utc_iso
-from .core.budget import Budget
-from .core.engines import Engine
-from .core.outcome import TrialOutcome
-from .core.protocol import TrialRequest
-from .core.signals import Interrupted
-from .core.watch import Watcher
-from .runtimes.base import Runtime, RuntimeUnavailable
+from ..core import signals
+from ..core.artifact import ArtifactStore, utc_iso
+from ..core.budget import Budget
+from ..core.engines import Engine
+from ..core.outcome import TrialOutcome
+from ..core.protocol import TrialRequest
+from ..core.signals import Interrupted
+from ..core.watch import Watcher
+from ..runtimes.base import Runtime, RuntimeUnavailable
+
+
+# The `what` a view is told for a speculative candidate the runner stopped (maxbatch/search/speculate.py).
+CANCELLED = "cancelled"
 
 
 class View(Protocol):

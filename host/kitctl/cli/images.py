@@ -20,10 +20,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from . import store
-from .store import ImageError
+from ..errors import EXIT_DIFFERS, EXIT_USAGE, Exit, fail
+from ..images import store
+from ..images.store import ImageError
 
-EXIT_OK, EXIT_USAGE = 0, 2
 
 images_app = typer.Typer(no_args_is_help=True,
                          help="Build, list, push, pull, save and load the engine images that compose.yaml names.")
@@ -34,9 +34,8 @@ _NAMES_HELP = "Engines (pytorch-eager) or compose services (pytorch); default: e
 _VARIANT_HELP = "Build variant from compose.yaml's x-kitctl.variants (e.g. cpu-ci)."
 
 
-def _fail(msg: str) -> typer.Exit:
-    err.print(Text(f"kitctl: {msg}"))
-    return typer.Exit(EXIT_USAGE)
+def _fail(msg: str) -> Exit:
+    return fail(msg)
 
 
 def _note(msg: str) -> None:
@@ -132,8 +131,8 @@ def build(
                                        help="Append the whole output (downloads, every build line) to FILE."),
 ) -> None:
     """Build engine images from compose.yaml (the files `docker compose build` reads; the classic builder)."""
-    from .compose import ComposeError, provenance_build_args
-    from . import repro
+    from ..images.compose import ComposeError, provenance_build_args
+    from ..images import repro
     from ..runtimes.base import RuntimeUnavailable
     from ..runtimes.docker import ImageBuildError, build_image
 
@@ -208,7 +207,7 @@ def build(
                     err.print(Text(f"last {len(lines)} lines of the build log:", style="bold"))
                     for ln in lines:
                         err.print(Text(f"  {ln}"))
-                raise typer.Exit(EXIT_USAGE)
+                raise Exit(EXIT_USAGE)
             except RuntimeUnavailable as exc:
                 raise _fail(str(exc))
             labels = (client.images.get(image_id).attrs.get("Config") or {}).get("Labels") or {}
@@ -235,12 +234,12 @@ def build(
         if log_file is not None:
             log_file.close()
     if differing:
-        raise typer.Exit(1)
+        raise Exit(EXIT_DIFFERS)
 
 
 def _fetch_wheels(console: Console, client: Any, spec: Any, to_log: Callable[[str], None]) -> None:
     """--wheels-from-host: the lock's wheels for the base image's interpreter, into the image's wheels/."""
-    from . import wheels
+    from ..images import wheels
 
     base = wheels.base_image(spec)
     lock = wheels.lock_file(spec)
@@ -262,7 +261,7 @@ def _fetch_wheels(console: Console, client: Any, spec: Any, to_log: Callable[[st
 
 def _report_reproducibility(console: Console, a: Any, b: Any) -> int:
     """Print whether two normalized builds of one image are the same; 1 when they differ."""
-    from . import repro
+    from ..images import repro
 
     if a.id == b.id:
         console.print(Text.assemble(("✓ ", "green"), f"reproducible: two builds of {a.image} from a clean cache "
@@ -390,8 +389,8 @@ def _transfer(kind: str, names: list[str] | None, registry: str | None, variant:
         print(json.dumps(done, indent=2, sort_keys=True))
     if failed or not done:
         if not done and not failed:
-            err.print(Text(f"kitctl: nothing to {kind}: no engine image is present (kitctl images build)"))
-        raise typer.Exit(EXIT_USAGE)
+            raise fail(f"nothing to {kind}: no engine image is present (kitctl images build)")
+        raise Exit(EXIT_USAGE)
 
 
 _REGISTRY_HELP = "Registry HOST:PORT (e.g. 127.0.0.1:5000); env KITCTL_REGISTRY."
@@ -434,7 +433,7 @@ def save(
     from pathlib import Path
 
     from .. import __version__
-    from . import travel
+    from ..images import travel
 
     console = Console(highlight=False)
     variant = variant or None
@@ -470,7 +469,7 @@ def load(
     """Load a `kitctl images save` archive: verify each image's ID and labels, tag it as compose.yaml names it."""
     from pathlib import Path
 
-    from . import travel
+    from ..images import travel
 
     console = Console(highlight=False)
     try:

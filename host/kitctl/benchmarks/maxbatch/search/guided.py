@@ -37,8 +37,8 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from .outcome import Status
-from .search import Decision, SearchConfig, Trial, bounds, checked_verdicts, finished
+from ....core.outcome import Status
+from .protocol import Decision, SearchConfig, Trial, bounds, checked_verdicts, finished
 
 # Growth without a failure yet: never more than this factor above the largest pass in one
 # step (a prediction from small batches, where workspaces dominate, can be far off).
@@ -182,7 +182,7 @@ def _bracket_start(history: Sequence[Trial], cfg: SearchConfig) -> int:
 
 def _halved(history: Sequence[Trial], cfg: SearchConfig) -> bool:
     """Did the last two candidates at least halve the interval they started from?"""
-    from .search import _verdicts
+    from .protocol import _verdicts
 
     if len(history) < 2:
         return True

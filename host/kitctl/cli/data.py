@@ -13,9 +13,9 @@ from typing import Optional
 
 import typer
 
-from ...core import signals
-from ...core.paths import kit_root
-from ...errors import EXIT_INTERRUPTED, EXIT_USAGE, err
+from ..core import signals
+from ..core.paths import kit_root
+from ..errors import EXIT_INTERRUPTED, Exit, fail
 
 # The corpus maker's own cap (trials/dataload/corpus.py: MAX_WORKERS_PER_CORE), checked here before it starts.
 MAX_WORKERS_PER_CORE = 4
@@ -41,40 +41,33 @@ def make(
     """Make a seeded image corpus from scikit-image's CC0/public-domain photographs (random crops, ImageNet-like
     sizes with a tail of large images, gain/noise jitter), with a manifest of sources, licences, sizes, bytes."""
     if images <= 0 or classes <= 0 or (workers is not None and workers <= 0):
-        err.print("kitctl: --images, --classes and --workers must be > 0")
-        raise typer.Exit(EXIT_USAGE)
+        raise fail("--images, --classes and --workers must be > 0")
     cap = MAX_WORKERS_PER_CORE * (os.cpu_count() or 1)
     if workers is not None and workers > cap:
-        err.print(f"kitctl: --workers {workers} is more than {cap} ({MAX_WORKERS_PER_CORE} per core of this host's "
-                  f"{os.cpu_count()}); more processes add memory, not speed")
-        raise typer.Exit(EXIT_USAGE)
+        raise fail(f"--workers {workers} is more than {cap} ({MAX_WORKERS_PER_CORE} per core of this host's "
+                   f"{os.cpu_count()}); more processes add memory, not speed")
     if images > MAX_IMAGES:
-        err.print(f"kitctl: --images {images:,} is more than {MAX_IMAGES:,} (ten times ImageNet-1k's training set)")
-        raise typer.Exit(EXIT_USAGE)
+        raise fail(f"--images {images:,} is more than {MAX_IMAGES:,} (ten times ImageNet-1k's training set)")
     try:  # a path the system cannot take (a name over 255 bytes: ENAMETOOLONG) is an OSError from the checks
         if (out / "manifest.json").exists():
-            err.print(f"kitctl: {out} already holds a corpus; choose a new folder")
-            raise typer.Exit(EXIT_USAGE)
+            raise fail(f"{out} already holds a corpus; choose a new folder")
         parent = out.expanduser().absolute().parent
         while not parent.exists() and parent != parent.parent:
             parent = parent.parent
         if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-            err.print(f"kitctl: --out {out}: {parent} is not a writable folder")
-            raise typer.Exit(EXIT_USAGE)
+            raise fail(f"--out {out}: {parent} is not a writable folder")
         free = shutil.disk_usage(parent).free
     except OSError as exc:
-        err.print(f"kitctl: --out {out}: {exc.strerror or exc}")
-        raise typer.Exit(EXIT_USAGE) from None
+        raise fail(f"--out {out}: {exc.strerror or exc}") from None
     need = images * BYTES_PER_IMAGE_ESTIMATE
     if need > free:
-        err.print(f"kitctl: --images {images:,} needs about {need / 1e9:,.1f} GB (~{BYTES_PER_IMAGE_ESTIMATE // 1000} KB "
-                  f"per image) and {parent} has {free / 1e9:,.1f} GB free")
-        raise typer.Exit(EXIT_USAGE)
+        raise fail(f"--images {images:,} needs about {need / 1e9:,.1f} GB (~{BYTES_PER_IMAGE_ESTIMATE // 1000} KB "
+                   f"per image) and {parent} has {free / 1e9:,.1f} GB free")
     argv = [python or sys.executable, str(kit_root() / "trials" / "dataload" / "corpus.py"), "--out", str(out),
             "--images", str(images), "--classes", str(classes), "--seed", str(seed)]
     if workers:
         argv += ["--workers", str(workers)]
-    from ...runtimes.local import _preexec
+    from ..runtimes.local import _preexec
 
     # Its own session (a terminal's Ctrl-C reaches kitctl alone, which ends the make in order) and the trials'
     # parent-death signal: a `kill -9` of kitctl ends the maker, and its pool workers die with it (lifeline.py).
@@ -82,21 +75,18 @@ def make(
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                 text=True, errors="replace", start_new_session=True, preexec_fn=_preexec(None))
     except OSError as exc:
-        err.print(f"kitctl: --python {argv[0]}: cannot start it ({exc.strerror or exc})")
-        raise typer.Exit(EXIT_USAGE) from None
+        raise fail(f"--python {argv[0]}: cannot start it ({exc.strerror or exc})") from None
     try:
         out_text, err_text = proc.communicate()
     except signals.Interrupted as exc:
         _stop(proc)
-        err.print(f"kitctl: data make interrupted ({exc}); nothing written at {out}")
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+        raise fail(f"data make interrupted ({exc}); nothing written at {out}", EXIT_INTERRUPTED) from None
     except BaseException:
         _stop(proc)
         raise
     if proc.returncode != 0:
         last = (err_text.strip().splitlines() or ["no message"])[-1]
-        err.print(f"kitctl: data make failed: {last}")
-        raise typer.Exit(EXIT_USAGE)
+        raise fail(f"data make failed: {last}")
     m = json.loads(out_text.strip().splitlines()[-1])
     typer.echo(f"{out}: {m['images']:,} images in {m['classes']} classes from {len(m['sources'])} licensed "
                f"photographs, {m['bytes'] / 1e6:,.1f} MB ({m['bytes_per_image'] / 1e3:,.1f} KB/image), long side "
@@ -128,8 +118,9 @@ def verify(
 ) -> None:
     """Check every file of a corpus or a dataset against its record: present, of its recorded size and SHA-256 (the
     benchmarks check sizes before every read; this reads every byte). Exit 0 when all match, 1 when not."""
-    from ...datarun import verify_corpus, verify_dataset
-    from ...errors import EXIT_INCOMPLETE, Fail
+    from ..benchmarks.data.corpus import verify_corpus
+    from ..benchmarks.data.datasets import verify_dataset
+    from ..errors import EXIT_INCOMPLETE, Fail
 
     try:
         if (path / "manifest.json").is_file():
@@ -139,12 +130,9 @@ def verify(
         else:
             raise Fail(f"{path}: neither a corpus (manifest.json) nor a dataset (dataset.json)")
     except Fail as exc:
-        err.print(f"kitctl: {exc}")
-        raise typer.Exit(EXIT_USAGE) from None
+        raise fail(exc) from None
     except OSError as exc:
-        err.print(f"kitctl: {path}: cannot be read ({exc.strerror or exc})")
-        raise typer.Exit(EXIT_USAGE) from None
+        raise fail(f"{path}: cannot be read ({exc.strerror or exc})") from None
     if why:
-        err.print(f"kitctl: {why}")
-        raise typer.Exit(EXIT_INCOMPLETE)
+        raise fail(why, EXIT_INCOMPLETE)
     typer.echo(f"{path}: the {what}'s every file matches its recorded size and SHA-256")

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Sequence
 
-from .outcome import MEMORY_FAILURES, RETRYABLE, SearchStatus, Status
+from ....core.outcome import MEMORY_FAILURES, RETRYABLE, SearchStatus, Status
 
 
 @dataclass(frozen=True)
@@ -163,32 +163,6 @@ def protocol_strategy(history: Sequence[Trial], cfg: SearchConfig) -> Decision:
                         reason=f"batch {hi} (the smallest the model trains at) fails")
     return Decision(done=True, max_batch=lo, next_batch=hi, status=SearchStatus.BOUNDED,
                     reason=f"pass at {lo}, memory failure at {hi}")
-
-
-def _guided(history: Sequence[Trial], cfg: SearchConfig) -> Decision:
-    from .guided import guided_strategy  # guided builds on this module's rules
-
-    return guided_strategy(history, cfg)
-
-
-STRATEGIES: dict[str, Callable[[Sequence[Trial], SearchConfig], Decision]] = {
-    "protocol": protocol_strategy,
-    "guided": _guided,
-}
-
-
-def run_search(oracle: Callable[[int], Any], cfg: SearchConfig, strategy: str = "protocol",
-               history: Iterable[Trial] = ()) -> tuple[Decision, list[Trial]]:
-    """Drive a strategy against `oracle(batch) -> Status | (Status, peak MiB | None[, compiled
-    peak MiB | None])` (tests, simulations, replays of recorded runs)."""
-    hist = list(history)
-    decide = STRATEGIES[strategy]
-    while True:
-        d = decide(hist, cfg)
-        if d.done:
-            return d, hist
-        answer = oracle(d.batch)
-        hist.append((d.batch, *answer) if isinstance(answer, tuple) else (d.batch, answer))
 
 
 def _bisections(lo: int, hi: int) -> int:
