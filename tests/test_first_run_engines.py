@@ -126,3 +126,45 @@ def test_first_command_on_the_cpu_says_what_it_left_out_at_the_start_and_the_end
     doc = json.loads(artifact.read_text())
     assert doc["configuration"]["engines"] == ["pytorch-eager"]
     assert [c["engine"] for c in doc["results"]] == ["pytorch-eager"] and doc["results"][0]["max_batch"] == 2
+
+
+# -- README's CPU example ------------------------------------------------------------------------
+
+def readme_cpu_example() -> tuple[dict[str, str], list[str], int, int]:
+    """README's CPU max-batch example: (its environment, its arguments after `kitctl`, the max batch
+    and the next batch it states)."""
+    import re
+
+    text = " ".join((ROOT / "README.md").read_text().split())
+    m = re.search(r"`((?:[A-Z_]+=\S+ )+)kitctl (run maxbatch [^`]*--device cpu[^`]*)` gave max batch ([\d,]+) "
+                  r"\(oom at ([\d,]+)\) in 3 of 3 fresh runs", text)
+    assert m, "README states its CPU example as: `ENV=… kitctl run maxbatch … --device cpu …` gave max batch N " \
+              "(oom at N+1) in 3 of 3 fresh runs"
+    env = dict(kv.split("=", 1) for kv in m.group(1).split())
+    return env, shlex.split(m.group(2)), int(m.group(3).replace(",", "")), int(m.group(4).replace(",", ""))
+
+
+def test_readme_cpu_example_is_the_measured_one(monkeypatch):
+    """The example names its cap and its allocator setting (what makes it repeat), runs eager on the
+    CPU, and its figures are the three runs the report records."""
+    env, args, top, nxt = readme_cpu_example()
+    assert env == {"MALLOC_MMAP_THRESHOLD_": "131072"} and nxt == top + 1
+    cfg = _config_of(monkeypatch, args, gpu=False)
+    assert (cfg.run.device, cfg.run.memory_limit_mib, cfg.run.engines) == ("cpu", 2048, ("pytorch-eager",))
+    runs = sorted((ROOT / "results/reference/logs/cpu-example").glob("2.14.1-cap2048-mmap-run*.log"))
+    assert len(runs) == 3
+    for log in runs:
+        text = log.read_text()
+        assert "env: MALLOC_MMAP_THRESHOLD_=131072" in text
+        assert f"│ PyTorch eager │ fp32      │ {top:>9,} │" in text and f"oom at {nxt}" in text
+
+
+def test_the_local_runtime_hands_the_allocator_setting_to_the_trial(monkeypatch):
+    """The example's variable reaches the trial process (the local runtime passes the environment on)."""
+    from kitctl.core.protocol import TrialRequest
+    from kitctl.runtimes.local import LocalRuntime
+
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "131072")
+    req = TrialRequest(engine="pytorch-eager", mode="eager", benchmark="maxbatch", batch=2, precision="fp32",
+                       device="cpu")
+    assert LocalRuntime(run_id="envtest")._env(req)["MALLOC_MMAP_THRESHOLD_"] == "131072"
