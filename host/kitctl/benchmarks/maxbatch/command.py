@@ -9,22 +9,29 @@ from ...run import session
 from ...core.device import default_cpu_max_batch
 from ...output import ResultOutput
 from .search.strategies import STRATEGIES
-from ...errors import EXIT_INCOMPLETE, EXIT_OK, Exit, Fail, fail
+from ...errors import EXIT_INCOMPLETE, EXIT_OK, Exit, Fail, err, fail
 from ...runtimes.base import RuntimeUnavailable
-from ...cli.options import (O_ALLOW_CODE_CHANGE, O_CSV, O_CUDNN, O_DATASET, O_DATA_DIR, O_DEVICE, O_ENGINES, O_GPU,
+from ...cli.options import (O_ALLOW_CODE_CHANGE, O_CSV, O_CUDNN, O_DATASET, O_DATA_DIR, O_DEVICE, O_GPU,
                             O_GPU_REQUEST, O_IDLE_THRESHOLD, O_IMAGE_SIZE, O_JSON, O_MEMORY_LIMIT, O_PRECISION,
                             O_PYTHON, O_REQUIRE_IDLE, O_RESERVE, O_RESULTS_DIR, O_RESUME, O_RUNTIME, O_TIMEOUT,
                             O_VRAM_LIMIT, Context, Option, given_flags)
 from ...run.config import Dataset, Device, GpuRequestName, Precision, RuntimeName, choose_device
 from ...cli.view import run_view
-from .config import DEFAULT_MAX_BATCH, MaxbatchConfig
+from ...core.engines import ENGINES
+from .config import AUTO_ENGINES, DEFAULT_MAX_BATCH, GPU_DEFAULT_ENGINES, MaxbatchConfig, engines_for
 from .run import Lane, Runner, RunPlan, SlotPlan
 from .table import all_have_capacity, print_table
+
+# Max-batch's own --engines: `auto` picks the list that fits the device (config.engines_for).
+O_MAXBATCH_ENGINES = Option(
+    AUTO_ENGINES, help=f"Comma-separated: {', '.join(ENGINES)}; or auto (the default): "
+    f"{','.join(GPU_DEFAULT_ENGINES)} on a GPU, pytorch-eager on the CPU (where torch.compile compiles "
+    "every candidate afresh, 40-60 s each on 2 cores).")
 
 
 def maxbatch(
     ctx: Context,
-    engines: str = O_ENGINES,
+    engines: str = O_MAXBATCH_ENGINES,
     precision: Precision = O_PRECISION,
     device: Device = O_DEVICE,
     gpu: Optional[str] = O_GPU,
@@ -69,13 +76,20 @@ def maxbatch(
     """Largest training batch that completes one ResNet-50 step, per engine and precision."""
     session.check_output_flags(csv)
     console = ResultOutput(as_json, csv)
+    left_out: list[str] = []  # what --engines auto left out on this device, said at the start and the end
+
     def new_config() -> MaxbatchConfig:
-        choice = choose_device(device.value, memory_limit, runtime.value, python, engines, gpu=gpu, gpus=gpus,
+        # auto's probe of the local torch is the same for either default list (both are PyTorch's)
+        probe = ",".join(GPU_DEFAULT_ENGINES) if engines.strip() == AUTO_ENGINES else engines
+        choice = choose_device(device.value, memory_limit, runtime.value, python, probe, gpu=gpu, gpus=gpus,
                                cluster=cluster, vram_limit=vram_limit, gpu_model=gpu_model)
+        picked = engines_for(engines, choice.device)
+        if picked.note:
+            left_out.append(picked.note)
         top = max_batch
         if choice.device == "cpu" and ctx.get_parameter_source("max_batch").name in ("DEFAULT", "DEFAULT_MAP"):
             top = default_cpu_max_batch(choice.memory_limit_mib or 0, start_batch)  # one the cap bounds
-        cfg = MaxbatchConfig.from_flags(engines, precision.value, choice.device, vram_limit, reserve,
+        cfg = MaxbatchConfig.from_flags(picked.engines, precision.value, choice.device, vram_limit, reserve,
                                         start_batch, top, timeout, runtime.value, dataset.value,
                                         data_dir, cudnn_benchmark, choice.memory_limit_mib, calibration_batch,
                                         strategy, gpu, gpu_request.value, gpus, cluster,
@@ -86,6 +100,7 @@ def maxbatch(
                      require_gpu_idle, idle_threshold,
                      new_config,
                      gpu_request=gpu_request.value, allow_code_change=allow_code_change)
+    s.notes[1:1] = left_out  # after the device line
     cfg: MaxbatchConfig = s.config
     plan = RunPlan(engines=s.engines, precisions=list(cfg.run.precisions),
                    base_request=session.base_request("maxbatch", cfg.run, batch=1), search=cfg.search,
@@ -126,6 +141,8 @@ def maxbatch(
 
             ray_cluster.disconnect()
     print_table(console, cfg.run.model, cfg.run.dataset, doc, final)
+    for note in left_out:  # on stderr: stdout holds only the result
+        err.print(note)
     session.finish_output(console, doc)
     raise Exit(EXIT_OK if all_have_capacity(doc) else EXIT_INCOMPLETE)
 

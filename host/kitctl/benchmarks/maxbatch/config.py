@@ -13,6 +13,35 @@ from ...run.config import (BOOL, COMMON_KEYS, DEFAULT_IMAGE_SIZE, INT, STR, RunC
 
 DEFAULT_MAX_BATCH = 1 << 20
 
+# `--engines auto` (the default): the engine list that fits the device the run resolved to. On a
+# GPU, eager and torch.compile (the main job as a user meets it). On the CPU, eager only: inductor
+# compiles each candidate's batch afresh in its fresh process (static shapes, as in a training run),
+# about a minute per candidate on 2 cores, so torch.compile's search alone took 511 s of a first
+# run there (results/reference/reports/first-run-cpu.md). It stays one flag away.
+AUTO_ENGINES = "auto"
+GPU_DEFAULT_ENGINES = ("pytorch-eager", "pytorch-compile")
+CPU_DEFAULT_ENGINES = ("pytorch-eager",)
+CPU_LEFT_OUT_NOTE = ("engines: pytorch-eager (auto, on the CPU); pytorch-compile is left out: inductor compiles "
+                     "every candidate afresh, 40-60 s each on 2 cores (8.5 min for its search on such a machine); "
+                     "add it with --engines pytorch-eager,pytorch-compile")
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    """The engines a new run uses and, when `--engines auto` left one out, the line that says so."""
+
+    engines: str  # comma-separated, as --engines takes them
+    note: str | None = None
+
+
+def engines_for(requested: str, device: str) -> EngineChoice:
+    """`--engines` for a run on `device` (cuda/cpu): an explicit list as given; auto per device."""
+    if requested.strip() != AUTO_ENGINES:
+        return EngineChoice(requested)
+    if device == "cpu":
+        return EngineChoice(",".join(CPU_DEFAULT_ENGINES), CPU_LEFT_OUT_NOTE)
+    return EngineChoice(",".join(GPU_DEFAULT_ENGINES))
+
 
 @dataclass(frozen=True)
 class MaxbatchRecorded:
