@@ -13,7 +13,7 @@ artifacts from before the window rule carry a "Window too short to be steady" ca
 those artifacts changed, by that line), with the window rule's H200 artifacts added. Again for the plots and report habits: bar plots record their axis
 limits, tick labels and legend (and dataload/train-e2e draw through the shared bars), throughput intervals are
 shown without ±, a max-batch CPU table says host RSS, and a wide sparse overview lists each cell's figures: only
-`report` renderings changed (51 of 54); every compare and results-list rendering is as before. A rendering that raised is recorded as its exception's type. Files added to results/ later
+`report` renderings changed (51 of 54); every compare and results-list rendering is as before. Again on 2026-12-03: a data cell left pending by an interrupted run reads "pending (k of N runs done)" instead of "FAILED: " with no reason (only the reports holding such a cell changed: the two dataload partials and the dataload and everything reports), with that day's artifact added. A rendering that raised is recorded as its exception's type. Files added to results/ later
 are not in the snapshot and are not checked here (the typed-view test below still reads them).
 Regenerate only on purpose: `KITCTL_UPDATE_RENDERS=1 python3 -m pytest -q tests/test_committed_renders.py`.
 """

@@ -158,6 +158,9 @@ def test_an_interrupted_data_run_reports_its_unfinished_cells_without_a_tracebac
     assert ("**Partial result** — the artifact is `interrupted` by SIGTERM: 7 of 8 loader × data × source × "
             "workers cells finished; unfinished: pytorch-nvjpeg jpeg90@256 cold, 16 workers (1 of 2 runs)") in text
     assert f"`kitctl run dataload --resume {name}`" in text
+    # its row says pending with the runs it has, not FAILED with an empty reason
+    row = next(line for line in text.splitlines() if line.startswith("| pytorch-nvjpeg | jpeg90@256 | cold"))
+    assert "pending (1 of 2 runs done)" in row and "FAILED" not in row
 
 
 def test_a_failed_datasize_unit_is_a_caveat(tmp_path):

@@ -5,7 +5,7 @@ from typing import Any
 
 from ...core.stats import median
 from ..data.caveats import FFCV_PUBLISHED_LOAD
-from ...reports.format import interval
+from ...reports.format import interval, unfinished
 from ...core.loader_window import steady_text
 
 
@@ -19,6 +19,7 @@ def rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
                     "workers": c["workers"], "status": c["status"], "reason": c.get("reason", ""),
                     "median": s.get("median"), "ci_low": s.get("ci_low"), "ci_high": s.get("ci_high"),
                     "ci_level": s.get("ci_level"), "runs": len(c["runs"]), "cores": cores,
+                    "runs_ok": sum(1 for r in c["runs"] if r.get("status") == "ok"),
                     "per_worker": s["median"] / c["workers"] if s.get("median") else None,
                     "ffcv_published": FFCV_PUBLISHED_LOAD.get((c["loader"], c["encoding"], c["side"], c["source"])),
                     **window_columns(c)})
@@ -48,6 +49,10 @@ def source_label(doc: dict[str, Any], source: str) -> str:
     return f"cold @ {mbps:g} MB/s" if source == "cold" and mbps else source
 
 
+def unfinished_text(doc: dict[str, Any], r: dict[str, Any]) -> str:
+    return unfinished(r["status"], r["reason"], r["runs_ok"], doc["configuration"].get("runs"))
+
+
 def all_ok(doc: dict[str, Any]) -> bool:
     return bool(doc["results"]) and all(c["status"] == "ok" for c in doc["results"])
 
@@ -65,7 +70,7 @@ def table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     for r in rows(doc):
         data = f"{r['encoding']}@{r['side']}"
         if r["status"] != "ok":
-            body.append([r["loader"], data, r["source"], str(r["workers"]), f"FAILED: {r['reason']}", "", "", str(r["runs"]), ""])
+            body.append([r["loader"], data, r["source"], str(r["workers"]), unfinished_text(doc, r), "", "", str(r["runs"]), ""])
             continue
         ci = interval(r["ci_level"], r["ci_low"], r["ci_high"], digits=0)
         body.append([r["loader"], data, r["source"], str(r["workers"]), _n(r["median"]),
@@ -82,8 +87,8 @@ def window_table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     for r in rows(doc):
         data = f"{r['encoding']}@{r['side']}"
         if r["status"] != "ok":
-            body.append([r["loader"], data, r["source"], str(r["workers"]), f"FAILED: {r['reason']}", "", "", "", "",
-                         "", str(r["runs"]), ""])
+            body.append([r["loader"], data, r["source"], str(r["workers"]), unfinished_text(doc, r), "", "", "", "", "",
+                         str(r["runs"]), ""])
             continue
         ci = interval(r["ci_level"], r["ci_low"], r["ci_high"], digits=0)
         window = ("—" if r["window_images"] is None or r["window_s"] is None

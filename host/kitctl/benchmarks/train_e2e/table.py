@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...reports.format import interval
+from ...reports.format import interval, unfinished
 from ...core.loader_window import steady_text
 
 # A loader "keeps the GPU busy" when its training images/s reach this share of synthetic's (the same model, medians).
@@ -27,6 +27,7 @@ def rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
                     "train": train.get("median"), "ci_low": train.get("ci_low"), "ci_high": train.get("ci_high"),
                     "ci_level": train.get("ci_level"), "loader_alone": _median(s.get("loader")),
                     "busy": _median(s.get("busy")), "runs": len(c["runs"]),
+                    "runs_ok": sum(1 for r in c["runs"] if r.get("status") == "ok"),
                     "loader_startup": _median(s.get("loader_startup")),
                     "loader_steady": (c.get("loader_steadiness") or {}).get("steady"),
                     "loader_steady_why": (c.get("loader_steadiness") or {}).get("why"),
@@ -89,7 +90,7 @@ def table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     body = []
     for r in rows(doc):
         if r["status"] != "ok":
-            body.append([r["model"], r["loader"], f"FAILED: {r['reason']}", "", "", "", "", str(r["runs"])])
+            body.append([r["model"], r["loader"], unfinished(r["status"], r["reason"], r["runs_ok"], doc["configuration"].get("runs")), "", "", "", "", str(r["runs"])])
             continue
         body.append([r["model"], r["loader"], _n(r["train"]), interval(r["ci_level"], r["ci_low"], r["ci_high"]),
                      "—" if r["of_synthetic"] is None else f"{r['of_synthetic']:.0%}",
@@ -106,7 +107,7 @@ def window_table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     body = []
     for r in rows(doc):
         if r["status"] != "ok":
-            body.append([r["model"], r["loader"], f"FAILED: {r['reason']}", "", "", "", "", "", "", str(r["runs"])])
+            body.append([r["model"], r["loader"], unfinished(r["status"], r["reason"], r["runs_ok"], doc["configuration"].get("runs")), "", "", "", "", "", "", str(r["runs"])])
             continue
         synth = r["loader"] == "synthetic"
         body.append([r["model"], r["loader"], _n(r["train"]), interval(r["ci_level"], r["ci_low"], r["ci_high"]),
