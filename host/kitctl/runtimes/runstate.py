@@ -48,6 +48,10 @@ class TrialRecord:
     engine: str
     precision: str
     batch: int
+    what: str = ""  # a data trial's description (its benchmark and argv); engine/precision/batch are empty there
+
+    def describe(self) -> str:
+        return self.what or f"{self.engine} {self.precision} batch {self.batch}"
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,8 @@ class RunRecord:
         if d.get("format") != FORMAT:
             raise ValueError(f"unknown run-state format {d.get('format')!r}")
         trials = tuple(TrialRecord(pid=int(t["pid"]), start=str(t["start"]), pgid=int(t["pgid"]),
-                                   engine=str(t["engine"]), precision=str(t["precision"]), batch=int(t["batch"]))
+                                   engine=str(t["engine"]), precision=str(t["precision"]), batch=int(t["batch"]),
+                                   what=str(t.get("what") or ""))
                        for t in d["trials"])
         return RunRecord(run_id=str(d["run_id"]), host=str(d["host"]), boot_id=d.get("boot_id"),
                          owner_pid=int(d["owner_pid"]), owner_start=d.get("owner_start"), trials=trials)
@@ -135,10 +140,10 @@ class RunState:
     def path(self) -> Path:
         return state_dirs()[0] / f"{self.run_id}-{os.getpid()}-{self._n}.json"
 
-    def add(self, pid: int, pgid: int, *, engine: str, precision: str, batch: int) -> None:
+    def add(self, pid: int, pgid: int, *, engine: str, precision: str, batch: int, what: str = "") -> None:
         with self._lock:
             self._trials[pid] = TrialRecord(pid=pid, start=process_start(pid) or "", pgid=pgid,
-                                            engine=engine, precision=precision, batch=batch)
+                                            engine=engine, precision=precision, batch=batch, what=what)
             self._write()
 
     def remove(self, pid: int) -> None:
@@ -233,7 +238,7 @@ def sweep_local_orphans(*, dry_run: bool = False) -> list[str]:
                 members = _orphan_group(t)
                 if not members:
                     continue
-                out.append(f"pid {t.pid} ({t.engine} {t.precision} batch {t.batch}, "
+                out.append(f"pid {t.pid} ({t.describe()}, "
                            f"{len(members)} process(es) in its group; run {rec.run_id}, "
                            f"controller pid {rec.owner_pid} gone)")
                 if not dry_run:

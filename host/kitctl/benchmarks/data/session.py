@@ -80,6 +80,12 @@ def run_command(benchmark: str, results_dir: Path, resume: Path | None, new_conf
     except Fail as exc:
         store.release()
         raise fail(exc) from None
+    # As for the engine benchmarks: a local trial group left by a controller that died is killed before this run
+    # measures anything (its CPU and GPU use would be this run's noise).
+    from ...runtimes.runstate import sweep_local_orphans
+
+    for orphan in sweep_local_orphans():
+        progress.print(f"killed an orphaned local trial: {orphan}")
     final = execute(store, doc, lambda: body(cfg, store, doc, progress.print))
     print_table(console, doc, final)
     try:

@@ -50,10 +50,22 @@ def trial_env(gpu_uuid: str | None) -> dict[str, str]:
     return env
 
 
-def run_trial(python: str, argv: list[str], timeout_s: float, gpu_uuid: str | None = None) -> TrialRun:
+_STATES: dict[str, Any] = {}  # run id -> its RunState: one run-state file per run and controller process
+
+
+def _run_state(run_id: str) -> Any:
+    from ...runtimes.runstate import RunState
+
+    return _STATES.setdefault(run_id, RunState(run_id))
+
+
+def run_trial(python: str, argv: list[str], timeout_s: float, gpu_uuid: str | None = None,
+              run_id: str | None = None, what: str = "") -> TrialRun:
     """One fresh trial process in its own session; the whole group is killed on timeout or signal, and the trial
     dies with kitctl (the local runtime's parent-death signal: a `kill -9` of kitctl leaves no trial running; its
-    pool and loader workers die with it in turn, trials/dataload/lifeline.py)."""
+    pool and loader workers die with it in turn, trials/dataload/lifeline.py). With `run_id`, the live trial is
+    recorded in the run-state folder as the engine runtimes' are, so the next run's sweep and `kitctl clean` find
+    its group should anything of it outlive kitctl."""
     from ...runtimes.local import _preexec
 
     t0 = time.monotonic()
@@ -61,8 +73,11 @@ def run_trial(python: str, argv: list[str], timeout_s: float, gpu_uuid: str | No
     proc = subprocess.Popen([python, str(trial_path()), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True, env=env,
                             preexec_fn=_preexec(None))
+    state = _run_state(run_id) if run_id else None
     timed_out = False
     try:
+        if state is not None:
+            state.add(proc.pid, proc.pid, engine="", precision="", batch=0, what=what or " ".join(argv[:1]))
         try:
             out, errs = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -78,6 +93,8 @@ def run_trial(python: str, argv: list[str], timeout_s: float, gpu_uuid: str | No
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        if state is not None:
+            state.remove(proc.pid)
     elapsed = time.monotonic() - t0
     if timed_out:
         return TrialRun("timeout", None, None, elapsed, f"killed by the kit after {timeout_s:g} s", errs[-STDERR_TAIL:])
@@ -216,7 +233,8 @@ def write_dataset(where: Where, benchmark: str, corpus: str, out: Path, fmt: str
         return run_trial_docker(loader_image(FORMAT_IMAGE[fmt], where.image_tag),
                                 ["datasize", "--corpus", CONTAINER_CORPUS, "--out", f"{CONTAINER_OUT}/{out.name}",
                                  *flags], timeout_s, where.run_id, benchmark, corpus=Path(corpus), out_dir=out.parent)
-    return run_trial(where.python, ["datasize", "--corpus", corpus, "--out", str(out), *flags], timeout_s)
+    return run_trial(where.python, ["datasize", "--corpus", corpus, "--out", str(out), *flags], timeout_s,
+                     run_id=where.run_id, what=f"{benchmark}: writing {out.name}")
 
 
 def run_on_dataset(where: Where, benchmark: str, image: str | None, argv: list[str], dataset: Path | None,
@@ -229,4 +247,4 @@ def run_on_dataset(where: Where, benchmark: str, image: str | None, argv: list[s
                                 where.run_id, benchmark, data=dataset, read_cap=where.read_cap if dataset else None,
                                 gpu=where.gpu() if gpu else None)
     return run_trial(where.python, [*argv, *(["--dataset", str(dataset)] if dataset else [])], timeout_s,
-                     where.gpu_uuid)
+                     where.gpu_uuid, run_id=where.run_id, what=f"{benchmark}: {' '.join(argv[:3])}")
