@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -190,3 +191,37 @@ def test_an_interrupted_dataload_keeps_its_partial_and_resumes(corpus, tmp_path)
     assert p.returncode == 0, p.stderr
     final = load(Path(str(partial).replace(".partial.json", ".json")))
     assert len(final["results"][0]["runs"]) == 4 and final["resumes"]
+
+
+def test_a_resumed_partial_derives_its_figures_from_its_runs_and_reruns_an_edited_run(corpus, tmp_path):
+    """A partial is a file anyone can edit: a cell recorded `ok` with a summary of 99,999 images/s, one of
+    whose runs claims 99,999 against its own window, is not finalised as measured: the edited run is run
+    again and the figure is the median of the runs (before: the cell was skipped and its summary kept, and
+    `report --plots` then crashed on an interval below its median)."""
+    res = tmp_path / "results"
+    p = kitctl("run", "dataload", "--corpus", corpus, "--data-dir", tmp_path / "ds", "--loaders",
+               "pytorch-dataloader", "--workers", "1", "--source", "ram", "--runs", 2, "--epochs", 1,
+               "--window-images", 1, "--window-seconds", 0.01, "--batch", 8, "--results-dir", res)
+    assert p.returncode == 0, p.stderr + p.stdout
+    [final] = finals(res, "dataload")
+    doc = json.loads(final.read_text())
+    cell = doc["results"][0]
+    honest = cell["runs"][0]["images_per_second"]
+    cell["runs"][1]["images_per_second"] = 99_999.0
+    cell["summary"].update(median=99_999.0, ci_low=99_998.0, ci_high=99_999.5, min=99_998.0, max=99_999.5)
+    doc.update(state="interrupted", interrupted_by="SIGINT", finished_utc=None)
+    edited = tmp_path / "edited" / final.name.replace(".json", ".partial.json")
+    edited.parent.mkdir()
+    edited.write_text(json.dumps(doc))
+
+    p = kitctl("run", "dataload", "--resume", edited)
+    assert p.returncode == 0, p.stderr + p.stdout
+    assert "run 2/2:" in p.stderr  # the edited run, measured again
+    out = load(edited.with_name(final.name))
+    cell = out["results"][0]
+    assert [r["run"] for r in cell["runs"]] == [1, 2] and cell["runs"][0]["images_per_second"] == honest
+    assert all(r["images_per_second"] == pytest.approx(r["images"] / r["window_seconds"]) for r in cell["runs"])
+    assert cell["summary"]["median"] == pytest.approx(statistics.median(r["images_per_second"] for r in cell["runs"]))
+    assert cell["summary"]["median"] < 99_999
+    p = kitctl("report", edited.with_name(final.name), "--plots", tmp_path / "plots")
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr

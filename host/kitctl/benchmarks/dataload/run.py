@@ -9,6 +9,7 @@ from ...core.stats import summarize
 from ..data.corpus import corpus_images, corpus_key
 from ..data.datasets import dataset_dir, prepare_datasets
 from ..data.loaders import GPU_LOADERS
+from ..data.recorded import kept_runs
 from ..data.session import save
 from ..data.trial import Where, run_on_dataset
 from .config import FORMAT_OF, DataloadConfig
@@ -88,10 +89,9 @@ def run(cfg: DataloadConfig, store, doc: dict[str, Any], note: Callable[[str], N
             cell = {"loader": loader, "encoding": enc, "side": side, "source": source, "workers": workers,
                     "status": "pending", "reason": "", "runs": [], "summary": None}
             doc["results"].append(cell)
-        if cell["status"] == "ok":
-            continue
-        # A resumed cell keeps its passing runs; a failed run is run again.
-        cell["runs"] = [r for r in cell["runs"] if r["status"] == "ok"]
+        # A resumed cell keeps its passing runs (a failed or edited one is run again) and its figure is derived
+        # from them again, whatever its recorded summary says (data/recorded.py).
+        cell["runs"] = kept_runs(cell["runs"], "images_per_second")
         cell["status"], cell["reason"] = "pending", ""
         fmt = FORMAT_OF[loader]
         label = source_label(doc, source)

@@ -8,6 +8,7 @@ from ...core.stats import summarize
 from ..data.loaders import LOADER_FORMAT as FORMAT_OF
 from ..data.corpus import corpus_images, corpus_key
 from ..data.datasets import dataset_dir, prepare_datasets
+from ..data.recorded import kept_runs
 from ..data.session import save
 from ..data.trial import Where, run_on_dataset
 from .config import TrainE2EConfig
@@ -67,10 +68,9 @@ def run(cfg: TrainE2EConfig, store, doc: dict[str, Any], note: Callable[[str], N
         if cell is None:
             cell = {"model": model, "loader": loader, "status": "pending", "reason": "", "runs": [], "summary": None}
             doc["results"].append(cell)
-        if cell["status"] == "ok":
-            continue
-        # A resumed cell keeps its passing runs; a failed run is run again.
-        cell["runs"] = [r for r in cell["runs"] if r["status"] == "ok"]
+        # A resumed cell keeps its passing runs (a failed or edited one is run again) and its figures are derived
+        # from them again, whatever its recorded summary says (data/recorded.py).
+        cell["runs"] = kept_runs(cell["runs"], "train_images_per_second")
         cell["status"], cell["reason"] = "pending", ""
         argv = ["train", "--loader", loader, "--model", model, "--precision", cfg.precision, "--device", cfg.device,
                 "--workers", str(cfg.workers), "--batch", str(cfg.batch), "--warmup", str(cfg.warmup),
