@@ -12,12 +12,12 @@ from ...errors import Fail
 from ...run.config import check_counts, check_timeout
 from ..data.checks import check_corpus, check_data_dir, check_workers, parse_ints, parse_names
 from ..data.corpus import corpus_images
-from ..data.loaders import DATA_ENCODINGS, GPU_LOADERS, LOADER_FORMAT
+from ..data.loaders import DATA_ENCODINGS, GPU_LOADERS, LOADER_FORMAT, LOADER_NAMES
 from ..data.throttle import ReadCap, block_device
 from ...core.gpu import detect_gpu
 from ...core.loader_window import LoaderWindow
 
-LOADERS = ("pytorch-dataloader", "webdataset", "ffcv", "pytorch-nvjpeg", "dali-cpu", "dali-gpu")
+LOADERS = LOADER_NAMES
 FORMAT_OF, ENCODINGS = LOADER_FORMAT, DATA_ENCODINGS  # which format each loader reads; what a dataset can hold
 SOURCES = ("ram", "cold")
 CI_LEVEL = 0.95

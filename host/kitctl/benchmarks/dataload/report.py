@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...reports.format import table
 from ..data.caveats import FFCV_MACHINE, cell_caveats, partial_caveat
+from ..data.loaders import GPU_LOADERS
 from .table import has_window_rule, rows, table_rows
 
 if TYPE_CHECKING:
@@ -92,8 +93,6 @@ def headline(src: Source) -> str:
 NO_RATIOS = f"_No loader beside {BASELINE} with a figure on the same data, source and workers: no ratios._"
 
 
-# The loaders that decode on a GPU (trials/dataload/loaders.py); every other loader runs on CPU cores only.
-GPU_LOADERS = ("pytorch-nvjpeg", "dali-gpu")
 
 
 def gpu_users(src: Source) -> list[str]:

@@ -13,14 +13,14 @@ from ..data.loaders import LOADER_FORMAT as FORMAT_OF
 from ..data.checks import check_corpus, check_data_dir, check_workers, parse_ints, parse_names
 from ..data.corpus import corpus_images
 from ..data.images import loader_image, loader_runtime
-from ..data.loaders import GPU_LOADERS, LOADER_IMAGE, TORCH_IMAGES
+from ..data.loaders import GPU_LOADERS, LOADER_IMAGE, TORCH_IMAGES, TRAIN_LOADERS
 from ...core.gpu import detect_gpu
 from ...errors import Fail
 from ...run.config import check_counts, check_timeout
 from ...core.loader_window import STEADY_TOLERANCE, LoaderWindow
 
 # dali-gpu's batches stay in DALI's GPU tensors (no hand-off to torch in the trial yet)
-LOADERS = ("synthetic", "pytorch-dataloader", "webdataset", "ffcv", "pytorch-nvjpeg", "dali-cpu")
+LOADERS = ("synthetic", *TRAIN_LOADERS)
 MODELS = ("resnet50", "resnet18")
 PRECISIONS = ("auto", "bf16", "fp32")
 DEVICES = ("auto", "cpu", "cuda")
