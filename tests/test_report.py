@@ -760,3 +760,25 @@ def test_a_rematerialised_xla_max_batch_says_so(tmp_path):
     assert note.startswith("**XLA rematerialised** — JAX XLA fp32 at max batch 13,568:")
     assert "22.35 → 14.60 GiB; its limit 14.16 GiB was not reached" in note
     assert "**XLA rematerialised**" in render([src])
+
+
+def test_candidate_time_row_from_the_trials_phases(tmp_path):
+    """A max-batch artifact whose trials timed their phases (trials/common/kittrial.py) says, per cell, where a
+    candidate's time went; an artifact without phases has no such row (every committed one renders as before)."""
+    from kitctl.benchmarks.maxbatch.report import candidate_time
+
+    path = DATA.parent.parent / "results" / "reference" / "first-run" / "maxbatch-resnet50-synthetic-20261203T112759Z.json"
+    doc = json.loads(path.read_text())
+    cell = doc["results"][0]
+    assert candidate_time(cell) is None and "Candidate time" not in render([load_source(path)])
+    for i, t in enumerate(cell["trials"]):
+        t["elapsed_s"] = 10.0 + i
+        t["result"]["phases"] = {"startup_s": 0.5, "import_s": 2.0, "device_s": 0.0, "build_s": 1.5, "steps_s": 5.0 + i}
+    line = candidate_time(cell)
+    n = len(cell["trials"])
+    mid = (n - 1) / 2
+    assert line.startswith(f"PyTorch eager {cell['precision']}: {10 + mid:,.1f} s per candidate ({n} candidates; ")
+    assert f"steps {5 + mid:,.1f}, outside them 1.0)" in line  # 10 + i - (0.5 + 2 + 0 + 1.5 + 5 + i)
+    p = tmp_path / path.name
+    p.write_text(json.dumps(doc))
+    assert f"| Candidate time | {line} |" in render([load_source(p)])

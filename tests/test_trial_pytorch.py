@@ -160,6 +160,11 @@ def test_eager_maxbatch(precision):
         "pytorch-eager", "eager", precision, 2)
     assert r["settings"]["channels_last"] is True
     assert r["settings"]["optimizer"]["fused"] is False  # eager keeps torch's default Adam
+    # where the candidate's time went, phase by phase, in the order they ran (the report's "Candidate time")
+    ph = r["phases"]
+    assert list(ph) == ["startup_s", "import_s", "device_s", "build_s", "steps_s"]
+    assert all(isinstance(v, float) and v >= 0 for v in ph.values()), ph
+    assert ph["import_s"] > 0.05 and ph["steps_s"] >= r["warmup_seconds"]  # torch's import; the steps hold the warm-up
 
 
 def test_compile_maxbatch():

@@ -10,6 +10,7 @@ It must never import a deep-learning framework.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -521,6 +522,30 @@ def _claim_stdout() -> None:
     os.dup2(2, 1)
 
 
+def process_age_s() -> float | None:
+    """Seconds since this process was started (Linux: its start time, /proc/self/stat field 22, against
+    /proc/uptime; both in 1/100 s): the interpreter's start-up and the trial's own imports before run()."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return round(max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK")), 3)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@contextlib.contextmanager
+def phase(result: dict, name: str):
+    """Time one phase of the candidate into result["phases"][name + "_s"] (also when it raises: an OOM's
+    phases say where the time went before it)."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        result.setdefault("phases", {})[f"{name}_s"] = round(time.perf_counter() - t0, 4)
+
+
 def run(argv: list[str] | None, modes: list[str], engine_of: Callable[[str], str],
         body: Callable[[argparse.Namespace, dict], None],
         classify: Callable[[BaseException], str]) -> int:
@@ -545,10 +570,14 @@ def run(argv: list[str] | None, modes: list[str], engine_of: Callable[[str], str
               "error": f"invalid arguments: {getattr(parser, 'last_error', None)}"})
         return 1
 
+    started = process_age_s()
     _claim_stdout()
     if fault_requested("grow"):
         _grow_forever()
     result = base_result(args, engine_of(args.mode))
+    # Where a candidate's time goes (the trial fills in its own phases: import, device, build, steps); the host's
+    # elapsed time beyond these is process creation, exit and teardown.
+    result["phases"] = {"startup_s": started}
     try:
         body(args, result)
     except Exception as exc:  # noqa: BLE001 - every failure must become a result line

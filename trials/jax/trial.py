@@ -121,7 +121,8 @@ def configure_xla_env(args, settings: dict, total_bytes=cuda_total_bytes) -> Non
 
 def _body(args, result: dict) -> None:
     configure_xla_env(args, result["settings"])
-    import jax_train  # pulls in jax, flax, optax
+    with kittrial.phase(result, "import"):
+        import jax_train  # pulls in jax, flax, optax
 
     jax_train.train(args, result)
 

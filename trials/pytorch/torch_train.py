@@ -228,7 +228,8 @@ def train(args, result: dict) -> None:
     settings, versions = result["settings"], result["versions"]
     versions.update(framework="torch", torch=torch.__version__, cuda=torch.version.cuda,
                     cudnn=torch.backends.cudnn.version())
-    device = _setup_device(args, settings, versions)
+    with kittrial.phase(result, "device"):  # on a GPU: the CUDA context and the memory cap
+        device = _setup_device(args, settings, versions)
     try:
         _train(args, result, device)
     finally:
@@ -289,9 +290,11 @@ def build_runner(args, result: dict, device: torch.device) -> EagerRunner:
 
 
 def _train(args, result: dict, device: torch.device) -> None:
-    runner = build_runner(args, result, device)
+    with kittrial.phase(result, "build"):  # data, model, optimizer (a compiled step compiles in its first steps)
+        runner = build_runner(args, result, device)
     try:
-        _measure(args, result, device, runner)
+        with kittrial.phase(result, "steps"):
+            _measure(args, result, device, runner)
     finally:
         if args.mode == COMPILE_GRAPHS:  # on failures too: a skip or break may be the cause
             result["settings"]["compile"].update(compile_stats())

@@ -28,7 +28,8 @@ ENGINES = {mode: f"pytorch-{mode}" for mode in MODES}
 
 
 def _body(args, result: dict) -> None:
-    import torch_train  # pulls in torch
+    with kittrial.phase(result, "import"):
+        import torch_train  # pulls in torch
 
     torch_train.train(args, result)
 

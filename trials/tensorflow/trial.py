@@ -43,7 +43,8 @@ TF_OOM_MARKERS = kittrial.OOM_MARKERS + (
 
 
 def _body(args, result: dict) -> None:
-    import tf_train  # pulls in tensorflow
+    with kittrial.phase(result, "import"):
+        import tf_train  # pulls in tensorflow
 
     tf_train.train(args, result)
 

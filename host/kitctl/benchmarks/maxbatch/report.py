@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ...core.stats import median
 from ...core.tables import Ratio, engine_label
 from ...reports import reference
 from ...reports.format import cell_label, fmt_int, join, mib, table
@@ -106,7 +107,34 @@ def measured_rules(src: Source, fresh: str) -> list[list[str]]:
         rows.append(["Slots", f"up to {slots} candidates of a search at once on the device (--slots "
                      f"{d['slots'].get('requested')}); the answer is the one-slot search's"
                      + (f"; search wall time, first candidate to answer: {walls}" if walls else "")])
+    times = [x for x in (candidate_time(c) for c in d["results"]) if x]
+    if times:
+        rows.append(["Candidate time", "; ".join(times)])
     return rows
+
+
+# A trial's phases (trials/common/kittrial.py), in the order they run, and how the report names them.
+PHASES = (("startup_s", "start-up"), ("import_s", "import"), ("device_s", "device"), ("build_s", "build"),
+          ("steps_s", "steps"))
+
+
+def candidate_time(cell: dict[str, Any]) -> str | None:
+    """Where a cell's candidates spent their time: the median wall time per candidate (the host's, process or
+    container start to exit) and, where the trials timed their phases, the median of each and what lies outside
+    them (process creation and teardown; the phases an engine does not split out). None: no phases recorded."""
+    trials = [t for t in cell.get("trials") or []
+              if isinstance((t.get("result") or {}).get("phases"), dict) and isinstance(t.get("elapsed_s"), (int, float))]
+    if not trials:
+        return None
+    # a phase every candidate timed (an OOM ends a candidate before its later phases: those are left out)
+    keys = [(k, label) for k, label in PHASES
+            if all(isinstance(t["result"]["phases"].get(k), (int, float)) for t in trials)]
+    parts = [f"{label} {median([t['result']['phases'][k] for t in trials]):,.1f}" for k, label in keys]
+    outside = [t["elapsed_s"] - sum(t["result"]["phases"][k] for k, _ in keys) for t in trials]
+    parts.append(f"outside them {max(0.0, median(outside)):,.1f}")
+    wall = median([t["elapsed_s"] for t in trials])
+    return (f"{engine_label(cell['engine'])} {cell['precision']}: {wall:,.1f} s per candidate "
+            f"({len(trials)} candidates; medians, s: {', '.join(parts)})")
 
 
 def caveats_results(src: Source) -> list[str]:
