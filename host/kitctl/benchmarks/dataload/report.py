@@ -93,8 +93,6 @@ def headline(src: Source) -> str:
 NO_RATIOS = f"_No loader beside {BASELINE} with a figure on the same data, source and workers: no ratios._"
 
 
-
-
 def gpu_users(src: Source) -> list[str]:
     """The GPU loaders that ran (a run recorded) in this result: what used the GPU; a CPU loader never did."""
     ran = [c["loader"] for c in src.doc["results"] if c["loader"] in GPU_LOADERS and c.get("runs")]

@@ -92,7 +92,10 @@ def run(cfg: TrainE2EConfig, store, doc: dict[str, Any], note: Callable[[str], N
                 note(f"{model} {loader} run {i}/{cfg.runs}: {figs['train_images_per_second']:,.1f} training "
                      f"images/s, busy {figs['busy_fraction']:.0%}" + (f", loader alone {own:,.1f} images/s" if own else ""))
             save(store, doc)
-        if why is not None:
+        # a resumed cell with all its runs measured needs no dataset (a problem with it is not this cell's failure)
+        measured = (len(cell["runs"]) >= cfg.runs
+                    and all(r["train_images_per_second"] is not None for r in cell["runs"]))
+        if why is not None and not measured:
             cell.update(status="failed", reason=why, summary=None)
             note(f"{model} {loader}: FAILED, {why}")
         else:
