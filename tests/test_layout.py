@@ -4,6 +4,8 @@ exit codes defined only in errors.py (docs/architecture.md)."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "host" / "kitctl"
@@ -170,3 +172,13 @@ def test_each_benchmark_module_imports_first_in_a_fresh_interpreter():
         if p.returncode:
             bad.append(f"{name}: {(p.stderr.strip().splitlines() or ['?'])[-1]}")
     assert len(names) > 20 and bad == [], bad
+
+
+def test_the_registry_lists_benchmarks_in_builtin_order_whatever_was_imported_first():
+    """benchmarks.all() (every report's order of benchmarks) is BUILTIN's, not the order in which the benchmark
+    packages happened to be imported (a test importing dataload's config first used to reorder 'report')."""
+    code = ("import kitctl.benchmarks.train_e2e.config, kitctl.benchmarks.dataload.config\n"
+            "from kitctl import benchmarks\nprint(','.join(b.name for b in benchmarks.all()))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "maxbatch,throughput,datasize,dataload,train-e2e"

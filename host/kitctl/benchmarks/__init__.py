@@ -36,6 +36,7 @@ batch's: `kitctl.reports.reference.BENCHMARK`, the one name the reports hold).
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -126,6 +127,7 @@ class Benchmark:
 
 
 _REGISTRY: dict[str, Benchmark] = {}
+_MODULE: dict[str, str] = {}  # benchmark name -> the module that registered it (its place in BUILTIN)
 _loaded = False
 
 
@@ -134,6 +136,7 @@ def register(b: Benchmark) -> Benchmark:
     if b.name in _REGISTRY and _REGISTRY[b.name] is not b:
         raise ValueError(f"benchmark {b.name!r} registered twice")
     _REGISTRY[b.name] = b
+    _MODULE.setdefault(b.name, sys._getframe(1).f_globals.get("__name__", ""))
     return b
 
 
@@ -148,7 +151,13 @@ def _load() -> None:
 def all() -> list[Benchmark]:  # noqa: A001  (the registry's own vocabulary: benchmarks.all())
     """Every registered benchmark, built-ins first, in BUILTIN's order."""
     _load()
-    return list(_REGISTRY.values())
+    # Not the order of registration: that is the order of import, which any earlier import of a benchmark's
+    # module (a test, a tool) changes, and with it every report that lists the benchmarks.
+    def rank(name: str) -> int:
+        mod = _MODULE.get(name, "")
+        return BUILTIN.index(mod) if mod in BUILTIN else len(BUILTIN)
+
+    return [_REGISTRY[n] for n in sorted(_REGISTRY, key=lambda n: rank(n))]
 
 
 def get(name: str) -> Benchmark | None:
