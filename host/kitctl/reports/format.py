@@ -59,12 +59,10 @@ def interval(level: float | None, low: float | None, high: float | None, digits:
     return f"{lvl}{low:,.{digits}f}–{high:,.{digits}f}"
 
 
-def unfinished(status: str, why: str | None, runs_done: int | None = None, runs_asked: int | None = None) -> str:
+def unfinished(status: str, why: str | None, runs_done: int, runs_asked: int | None) -> str:
     """A cell without a figure: FAILED with its reason, or not yet finished (an interrupted run's partial) with the
     runs it has; a pending cell is not a failure and must not read as one."""
     if status == "failed" or (status not in ("pending", "running") and why):
         return f"FAILED: {why or status}"
-    if runs_done is None:
-        return status
     of = f" of {runs_asked}" if runs_asked else ""
     return f"{status} ({runs_done}{of} run{'' if runs_done == 1 and not of else 's'} done)"

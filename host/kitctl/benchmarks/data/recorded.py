@@ -26,3 +26,9 @@ def consistent(run: dict[str, Any], figure: str) -> bool:
 def kept_runs(runs: list[dict[str, Any]], figure: str) -> list[dict[str, Any]]:
     """The runs a resumed cell keeps (passing and consistent), numbered again from 1 in their order."""
     return [{**r, "run": i} for i, r in enumerate((r for r in runs if consistent(r, figure)), 1)]
+
+
+def measured(runs: list[dict[str, Any]], figure: str, wanted: int) -> bool:
+    """Whether a cell holds all `wanted` runs, each with its figure (a resumed cell then needs no dataset: a
+    problem with one is not this cell's failure)."""
+    return len(runs) >= wanted and all(r.get(figure) is not None for r in runs)

@@ -9,7 +9,7 @@ from ...core.stats import summarize
 from ..data.corpus import corpus_images, corpus_key
 from ..data.datasets import dataset_dir, prepare_datasets
 from ..data.loaders import GPU_LOADERS
-from ..data.recorded import kept_runs
+from ..data.recorded import kept_runs, measured
 from ..data.session import save
 from ..data.trial import Where, run_on_dataset
 from .config import FORMAT_OF, DataloadConfig
@@ -119,9 +119,7 @@ def run(cfg: DataloadConfig, store, doc: dict[str, Any], note: Callable[[str], N
                 note(f"{loader} {enc}@{side} {label} w={workers} run {i}/{cfg.runs}: "
                      f"{figs['images_per_second']:,.0f} images/s")
             save(store, doc)
-        # a resumed cell with all its runs measured needs no dataset (a problem with it is not this cell's failure)
-        measured = len(cell["runs"]) >= cfg.runs and all(r["images_per_second"] is not None for r in cell["runs"])
-        if why is not None and not measured:
+        if why is not None and not measured(cell["runs"], "images_per_second", cfg.runs):
             cell.update(status="failed", reason=why, summary=None)
             note(f"{loader} {enc}@{side} {label} w={workers}: FAILED, {why}")
         else:

@@ -8,7 +8,7 @@ from ...core.stats import summarize
 from ..data.loaders import LOADER_FORMAT as FORMAT_OF
 from ..data.corpus import corpus_images, corpus_key
 from ..data.datasets import dataset_dir, prepare_datasets
-from ..data.recorded import kept_runs
+from ..data.recorded import kept_runs, measured
 from ..data.session import save
 from ..data.trial import Where, run_on_dataset
 from .config import TrainE2EConfig
@@ -92,10 +92,7 @@ def run(cfg: TrainE2EConfig, store, doc: dict[str, Any], note: Callable[[str], N
                 note(f"{model} {loader} run {i}/{cfg.runs}: {figs['train_images_per_second']:,.1f} training "
                      f"images/s, busy {figs['busy_fraction']:.0%}" + (f", loader alone {own:,.1f} images/s" if own else ""))
             save(store, doc)
-        # a resumed cell with all its runs measured needs no dataset (a problem with it is not this cell's failure)
-        measured = (len(cell["runs"]) >= cfg.runs
-                    and all(r["train_images_per_second"] is not None for r in cell["runs"]))
-        if why is not None and not measured:
+        if why is not None and not measured(cell["runs"], "train_images_per_second", cfg.runs):
             cell.update(status="failed", reason=why, summary=None)
             note(f"{model} {loader}: FAILED, {why}")
         else:
