@@ -26,9 +26,9 @@ RUN_ID = "datarun0test1"
 
 CONTROLLER = """
 import sys
-from kitctl.benchmarks.data.trial import run_trial
-run_trial(sys.argv[1], ["dataload", "--loader", "pytorch-dataloader"], 300.0, run_id=sys.argv[2],
-          what="dataload: dataload --loader pytorch-dataloader")
+from kitctl.benchmarks.data.trial import Where, run_on_dataset
+run_on_dataset(Where("local", sys.argv[1], "ci", sys.argv[2]), "dataload", None,
+               ["dataload", "--loader", "pytorch-dataloader"], None, 300.0)
 """
 
 
@@ -105,14 +105,18 @@ def test_a_data_trial_left_by_a_killed_kitctl_is_found_and_killed_by_clean(tmp_p
 
 def test_a_data_trial_that_ends_leaves_no_record(tmp_path, monkeypatch):
     """In-process: the record exists while the trial runs and is gone when it ends (even a failed one)."""
-    from kitctl.benchmarks.data.trial import run_trial
+    from kitctl.benchmarks.data.trial import Where, close_runtimes, run_on_dataset
 
     monkeypatch.setenv(STATE_DIR_ENV, str(tmp_path / "state"))
     seen = tmp_path / "seen"
     fake = tmp_path / "python"  # copies the run-state folder's names while it runs, then fails
     fake.write_text(f"#!/bin/sh\nls {tmp_path / 'state'} > {seen}\nexit 3\n")
     fake.chmod(0o755)
-    tr = run_trial(str(fake), ["dataload"], 60.0, run_id="datarun0test2")
+    try:
+        tr = run_on_dataset(Where("local", str(fake), "ci", "datarun0test2"), "dataload", None, ["dataload"], None,
+                            60.0)
+    finally:
+        close_runtimes("datarun0test2")
     assert tr.status == "crash" and tr.exit_code == 3
     assert seen.read_text().strip().startswith("datarun0test2-")
     assert list((tmp_path / "state").glob("*.json")) == []

@@ -55,14 +55,22 @@ def test_detect_gpu_describes_the_gpu_through_nvml_and_none_without_one():
     assert detect_gpu(FakeNvmlLib(init_error=NVMLError("Driver Not Loaded"))) is None
 
 
-def test_a_new_data_doc_records_the_gpu_and_its_trials_see_only_that_one():
+def test_a_new_data_doc_records_the_gpu_and_its_trials_see_only_that_one(tmp_path):
     g = detect_gpu(h200())
     doc = session.new_doc("dataload", {"x": 1}, g)
     assert doc["host"]["gpu"]["uuid"] == H200_UUID
     assert session.new_doc("datasize", {"x": 1})["host"]["gpu"] is None  # CPU-only by nature
-    where = trial.Where.of(type("Cfg", (), {"runtime": "local", "python": "py", "image_tag": "ci"})(), doc)
+    # a real local trial process (a stand-in "interpreter" that reports the CUDA devices it was given)
+    fake = tmp_path / "python"
+    fake.write_text('#!/bin/sh\necho "KIT-RESULT {\\"status\\": \\"ok\\", \\"cuda\\": \\"$CUDA_VISIBLE_DEVICES\\"}"\n')
+    fake.chmod(0o755)
+    where = trial.Where.of(type("Cfg", (), {"runtime": "local", "python": str(fake), "image_tag": "ci"})(), doc)
     assert where.gpu_uuid == H200_UUID
-    assert trial.trial_env(where.gpu_uuid)["CUDA_VISIBLE_DEVICES"] == H200_UUID
+    try:
+        tr = trial.run_on_dataset(where, "dataload", None, ["dataload"], None, 60.0)
+    finally:
+        trial.close_runtimes(where.run_id)
+    assert tr.status == "ok" and tr.result["cuda"] == H200_UUID
 
 
 def test_report_names_the_recorded_gpu_and_only_the_gpu_loader_as_its_user(tmp_path):

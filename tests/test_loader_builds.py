@@ -203,18 +203,35 @@ def test_a_gpu_loader_through_docker_without_a_gpu_is_one_line():
         gpu_attach("kitctl/loader-dali:cu130", ["dali-gpu"])
 
 
-def test_a_gpu_loaders_container_is_started_with_the_recorded_request():
-    """Where.gpu(): the request the runtime record names (probed at the run's start), on host.gpu's UUID — what
-    run_trial_docker hands the daemon as device_requests for pytorch-nvjpeg / dali-gpu (and for nothing else)."""
-    from kitctl.benchmarks.data.trial import Where
+def test_a_gpu_loaders_container_is_started_with_the_recorded_request(monkeypatch):
+    """The container a data trial gets from the run's Docker runtime: a GPU loader's (pytorch-nvjpeg, dali-gpu)
+    has the request the runtime record names (probed at the run's start) on host.gpu's UUID; a CPU loader's, and
+    any where no request was recorded, none. The dataset is mounted read-only at /data and named so in argv."""
+    import kitctl.runtimes.docker.runtime as dr
+    from kitctl.benchmarks.data import trial
 
+    monkeypatch.setattr(dr, "docker_client", lambda *a, **k: object())  # no daemon is asked: kwargs only
     cfg = type("Cfg", (), {"runtime": "docker", "python": sys.executable, "image_tag": "cu130"})()
     uuid = "GPU-12345678-1234-1234-1234-123456789abc"
     doc = {"run_id": "r1", "host": {"gpu": {"uuid": uuid}}, "runtime": {"name": "docker", "gpu_request": "cdi"}}
-    req = Where.of(cfg, doc).gpu().device_request()
-    assert req["Driver"] == "cdi" and req["DeviceIDs"] == [f"nvidia.com/gpu={uuid}"]
-    doc["runtime"]["gpu_request"] = "toolkit"
-    req = Where.of(cfg, doc).gpu().device_request()
-    assert req["DeviceIDs"] == [uuid] and req["Capabilities"] == [["gpu"]]
-    doc["runtime"].pop("gpu_request")  # a run of CPU loaders probed nothing: no request
-    assert Where.of(cfg, doc).gpu() is None
+
+    def kwargs(gpu: bool) -> dict:
+        where = trial.Where.of(cfg, doc)
+        spec = trial._spec(where, "kitctl/loader-torch:cu130", ["dataload", "--dataset", "/srv/ds"], "x",
+                           mounts=(trial.Mount("/srv/ds", "/data"),), gpu=gpu, benchmark="dataload")
+        return trial.runtime_of(where).container_kwargs(spec)
+
+    try:
+        kw = kwargs(gpu=True)
+        (req,) = kw["device_requests"]
+        assert req["Driver"] == "cdi" and req["DeviceIDs"] == [f"nvidia.com/gpu={uuid}"]
+        assert kw["command"] == ["dataload", "--dataset", "/data"] and kw["mounts"][0]["ReadOnly"] is True
+        assert kw["labels"]["kit.run-id"] == "r1" and kw["network_mode"] == "none" and kw["cap_drop"] == ["ALL"]
+        assert "device_requests" not in kwargs(gpu=False)  # a CPU loader: no GPU
+        doc["runtime"]["gpu_request"] = "toolkit"
+        (req,) = kwargs(gpu=True)["device_requests"]
+        assert req["DeviceIDs"] == [uuid] and req["Capabilities"] == [["gpu"]]
+        doc["runtime"].pop("gpu_request")  # a run of CPU loaders probed nothing: no request
+        assert "device_requests" not in kwargs(gpu=True)
+    finally:
+        trial._RUNTIMES.clear()

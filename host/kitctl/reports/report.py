@@ -169,6 +169,10 @@ def _overview(sources: list[Source], plots: list[PlotFile], base: Path) -> list[
             lines += [f"_{', '.join(f'[{n}]' for n in empty)}: no {bench.report_unit} to put beside these "
                       "(see each result's own section)._", ""]
         lines += _cross_ratios(group, bench)
+    # dataload and train-e2e measure one pipeline two ways: where both are given, each pair side by side
+    from ..benchmarks.data.agreement import report_lines
+
+    lines += report_lines([(s.name, s.doc) for s in sources if s.kind == KITCTL])
     overview_plots = [p for p in plots if p.source is None]
     if overview_plots:
         lines += _plot_lines(overview_plots, base)

@@ -8,12 +8,13 @@ from __future__ import annotations
 import abc
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.outcome import KilledBy, MemoryPeaks, Status, TRIAL_STATUSES, TrialOutcome
 from ..core.protocol import ResultParseError, TrialRequest, parse_result
 from ..core.watch import Watcher
+from .spec import TrialSpec
 
 STDERR_TAIL_CHARS = 4000
 
@@ -24,7 +25,7 @@ class RuntimeUnavailable(RuntimeError):
 
 @dataclass
 class RawRun:
-    """What a runtime observed, before classification."""
+    """What a runtime observed of one trial (`execute`), before anyone read its result."""
 
     stdout: str
     stderr: str
@@ -34,14 +35,28 @@ class RawRun:
     elapsed_s: float
     container_id: str | None = None
     host_rss_mib: float | None = None
+    peaks: MemoryPeaks = field(default_factory=MemoryPeaks)  # what the watcher saw (none: empty)
+    over_budget: bool = False  # the watcher saw the device delta over the budget
 
 
 class Runtime(abc.ABC):
+    """Starts units of work. `execute` runs any `TrialSpec` (every benchmark's trials go through it); `run` is an
+    engine candidate: its spec from the `TrialRequest`, then the outcome classified by the one rule below."""
     name: str = ""
 
-    @abc.abstractmethod
+    def execute(self, spec: TrialSpec, *, timeout_s: float, watcher: Watcher | None = None) -> RawRun:
+        """Start `spec` fresh, hand it to `watcher`, wait for its end (killing it whole at `timeout_s` or on a
+        signal, which is re-raised) and return what was seen; nothing of it is left running. (A runtime that
+        only replays or forwards engine candidates — a test's scripted one, Ray's — has none.)"""
+        raise RuntimeUnavailable(f"the {self.name or 'this'} runtime starts no trial of its own here")
+
+    def spec(self, request: TrialRequest) -> TrialSpec:
+        """The unit of work an engine candidate is."""
+        raise RuntimeUnavailable(f"the {self.name or 'this'} runtime has no engine trials")
+
     def run(self, request: TrialRequest, *, timeout_s: float, watcher: Watcher | None = None) -> TrialOutcome:
-        ...
+        raw = self.execute(self.spec(request), timeout_s=timeout_s, watcher=watcher)
+        return classify(request, raw, raw.peaks, over_budget=raw.over_budget, runtime=self.name)
 
     def describe(self, engine: str) -> dict[str, Any]:
         """Provenance for the artifact: image id/digest, or interpreter and versions."""

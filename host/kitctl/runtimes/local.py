@@ -16,14 +16,15 @@ import threading
 import uuid
 from typing import Any
 
-from ..core.outcome import KilledBy, MemoryPeaks, TrialOutcome
+from ..core.outcome import KilledBy, MemoryPeaks
 from ..core.engines import ENGINES
 from ..core.paths import native_build_info, native_trial, trial_script
 from ..core.protocol import TrialRequest
 from ..core.watch import Watcher
-from .base import RawRun, Runtime, RuntimeUnavailable, Stopwatch, classify
+from .base import RawRun, Runtime, RuntimeUnavailable, Stopwatch
 from .processes import group_members
 from .runstate import RunState
+from .spec import Record, TrialSpec
 
 
 class _Group:
@@ -161,13 +162,14 @@ class LocalRuntime(Runtime):
         self.current: _Group | None = None  # for interrupt cleanup
         self.state = RunState(run_id or uuid.uuid4().hex[:12])  # live trials, for orphan sweeps
 
-    def _env(self, request: TrialRequest) -> dict[str, str]:
+    def _env(self, spec: TrialSpec) -> dict[str, str]:
         env = dict(os.environ)
         env.update(self.extra_env)
+        env.update(spec.env_dict())
         env["PYTHONUNBUFFERED"] = "1"
-        if request.device == "cuda" and self.gpu_uuid:
+        if spec.device == "cuda" and self.gpu_uuid:
             env["CUDA_VISIBLE_DEVICES"] = self.gpu_uuid
-        elif request.device == "cpu":
+        elif spec.device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU candidate never touches the GPU
         return env
 
@@ -193,20 +195,25 @@ class LocalRuntime(Runtime):
                     f"images/{e.trial}/build.sh SRC_DIR {native_trial(e.name).parents[1]} (see README), set "
                     f"KITCTL_{e.trial.upper()}_PREFIX to where it is installed, or use --runtime docker")
 
-    def run(self, request: TrialRequest, *, timeout_s: float, watcher: Watcher | None = None) -> TrialOutcome:
+    def spec(self, request: TrialRequest) -> TrialSpec:
+        return TrialSpec(program=tuple(self.command(request)), argv=(), device=request.device,
+                         memory_limit_mib=self.memory_limit_mib if request.device == "cpu" else None,
+                         record=Record(engine=request.engine, precision=request.precision, batch=request.batch))
+
+    def execute(self, spec: TrialSpec, *, timeout_s: float, watcher: Watcher | None = None) -> RawRun:
         if watcher is not None:
             watcher.prepare()
         clock = Stopwatch()
         proc = subprocess.Popen(
-            self.command(request), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-            env=self._env(request), start_new_session=True, text=True, errors="replace",
-            preexec_fn=_preexec(self.memory_limit_mib if request.device == "cpu" else None),
+            spec.local_command(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+            env=self._env(spec), start_new_session=True, text=True, errors="replace",
+            preexec_fn=_preexec(spec.memory_limit_mib),
         )
         group = _Group(proc)
         self.current = group
         try:
-            self.state.add(proc.pid, group.pgid, engine=request.engine, precision=request.precision,
-                           batch=request.batch)
+            r = spec.record
+            self.state.add(proc.pid, group.pgid, engine=r.engine, precision=r.precision, batch=r.batch, what=r.what)
             if watcher is not None:
                 watcher.start(group)
             try:
@@ -219,7 +226,7 @@ class LocalRuntime(Runtime):
                 proc.communicate()
                 raise
         finally:
-            # Stragglers (e.g. compile workers) die with the group, whatever happened.
+            # Stragglers (compile workers, loader workers) die with the group, whatever happened.
             try:
                 os.killpg(group.pgid, signal.SIGKILL)
             except ProcessLookupError:
@@ -228,12 +235,9 @@ class LocalRuntime(Runtime):
             self.current = None
             peaks = watcher.stop() if watcher is not None else MemoryPeaks()
         rc = proc.returncode
-        raw = RawRun(stdout=stdout, stderr=stderr,
-                     exit_code=rc if rc is not None and rc >= 0 else None,
-                     signal=-rc if rc is not None and rc < 0 else None,
-                     killed_by=group.killed_by, elapsed_s=clock.elapsed)
-        return classify(request, raw, peaks, over_budget=bool(watcher and watcher.over_budget),
-                        runtime=self.name)
+        return RawRun(stdout=stdout, stderr=stderr, exit_code=rc if rc is not None and rc >= 0 else None,
+                      signal=-rc if rc is not None and rc < 0 else None, killed_by=group.killed_by,
+                      elapsed_s=clock.elapsed, peaks=peaks, over_budget=bool(watcher and watcher.over_budget))
 
     def slot_copy(self) -> "LocalRuntime":
         """A second slot: its own running candidate, the same run-state file (one per controller

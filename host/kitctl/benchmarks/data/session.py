@@ -101,7 +101,12 @@ def save(store: art.ArtifactStore, doc: dict[str, Any]) -> None:
 
 
 def execute(store: art.ArtifactStore, doc: dict[str, Any], body: Callable[[], None]) -> Path:
-    """Run body (which saves after every unit), then write the final artifact; a signal keeps the partial."""
+    """Run body (which saves after every unit), then write the final artifact; a signal, or a runtime that can
+    start no more trials (a Docker daemon gone, an image removed), keeps the partial. The run's runtimes are
+    closed at the end, whatever happened."""
+    from ...runtimes.base import RuntimeUnavailable
+    from .trial import close_runtimes
+
     try:
         body()
         doc["state"] = "complete"
@@ -119,7 +124,17 @@ def execute(store: art.ArtifactStore, doc: dict[str, Any], body: Callable[[], No
         except art.ArtifactError:
             kept = "nothing written"
         raise fail(f"interrupted ({exc}); {kept}", EXIT_INTERRUPTED)
+    except RuntimeUnavailable as exc:
+        doc["state"] = "interrupted"
+        doc["interrupted_by"] = f"runtime: {exc}"
+        try:
+            save(store, doc)
+            kept = f"partial artifact kept: {store.partial} (continue with --resume {store.partial})"
+        except art.ArtifactError:
+            kept = "nothing written"
+        raise fail(f"{exc}; {kept}")
     except art.ArtifactError as exc:
         raise fail(exc)
     finally:
+        close_runtimes(doc["run_id"])
         store.release()

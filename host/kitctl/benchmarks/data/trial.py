@@ -1,20 +1,21 @@
-"""The data trial (trials/dataload/trial.py) started as one fresh unit of work: a process group of its own (the
-local runtime's way: its own session, killed whole on a deadline or a signal, dying with kitctl) or a fresh
-container of the loader's or writer's image; its result line read into a TrialRun. The engines' Runtime speaks
-the engines' trial protocol (TrialRequest); the data trials take other flags, so they have this small runner."""
+"""The data trial (trials/dataload/trial.py) as units of work of the one runtime interface (runtimes/): each
+dataset write and each loader run is a `TrialSpec` that the run's `LocalRuntime` (a fresh process group of its own,
+killed whole on a deadline or a signal, dying with kitctl, recorded in the run-state folder) or `DockerRuntime` (a
+fresh container of the loader's or writer's image) executes, as the engine candidates are; its result line read
+into a TrialRun."""
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ...core.outcome import KilledBy
 from ...core.paths import kit_root
 from ...core.protocol import result_line
+from ...runtimes.base import RawRun, Runtime
+from ...runtimes.spec import Mount, ReadLimit, Record, TrialSpec
 from .images import loader_image
 from .loaders import FORMAT_IMAGE
 from .throttle import ReadCap
@@ -39,66 +40,6 @@ class TrialRun:
     def to_json(self) -> dict[str, Any]:
         return {"status": self.status, "exit_code": self.exit_code, "elapsed_s": self.elapsed_s,
                 "error": self.error, "stderr_tail": self.stderr_tail}
-
-
-def trial_env(gpu_uuid: str | None) -> dict[str, str]:
-    """A data trial's environment: with a recorded GPU, CUDA sees that one only (by UUID: NVML and CUDA number
-    devices differently), so what ran on a GPU ran on the GPU the artifact names."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    if gpu_uuid:
-        env["CUDA_VISIBLE_DEVICES"] = gpu_uuid
-    return env
-
-
-_STATES: dict[str, Any] = {}  # run id -> its RunState: one run-state file per run and controller process
-
-
-def _run_state(run_id: str) -> Any:
-    from ...runtimes.runstate import RunState
-
-    return _STATES.setdefault(run_id, RunState(run_id))
-
-
-def run_trial(python: str, argv: list[str], timeout_s: float, gpu_uuid: str | None = None,
-              run_id: str | None = None, what: str = "") -> TrialRun:
-    """One fresh trial process in its own session; the whole group is killed on timeout or signal, and the trial
-    dies with kitctl (the local runtime's parent-death signal: a `kill -9` of kitctl leaves no trial running; its
-    pool and loader workers die with it in turn, trials/dataload/lifeline.py). With `run_id`, the live trial is
-    recorded in the run-state folder as the engine runtimes' are, so the next run's sweep and `kitctl clean` find
-    its group should anything of it outlive kitctl."""
-    from ...runtimes.local import _preexec
-
-    t0 = time.monotonic()
-    env = trial_env(gpu_uuid)
-    proc = subprocess.Popen([python, str(trial_path()), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True, env=env,
-                            preexec_fn=_preexec(None))
-    state = _run_state(run_id) if run_id else None
-    timed_out = False
-    try:
-        if state is not None:
-            state.add(proc.pid, proc.pid, engine="", precision="", batch=0, what=what or " ".join(argv[:1]))
-        try:
-            out, errs = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, errs = proc.communicate()
-        except BaseException:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            raise
-    finally:
-        try:  # stragglers (loader workers) die with the group
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        if state is not None:
-            state.remove(proc.pid)
-    elapsed = time.monotonic() - t0
-    if timed_out:
-        return TrialRun("timeout", None, None, elapsed, f"killed by the kit after {timeout_s:g} s", errs[-STDERR_TAIL:])
-    return trial_outcome(out, errs, proc.returncode, elapsed)
 
 
 def _exit_text(rc: int | None) -> str:
@@ -131,66 +72,16 @@ def trial_outcome(out: str, errs: str, rc: int | None, elapsed: float) -> TrialR
         return TrialRun("error", result, rc, elapsed,
                         f"the trial printed its result, then exited {_exit_text(rc)}: {last[0][:200]}", tail)
     return TrialRun("ok", result, rc, elapsed, None, tail)
+def run_outcome(raw: RawRun, timeout_s: float) -> TrialRun:
+    """What a runtime saw of a data trial, as a TrialRun: the kit's deadline kill is a timeout, else the result."""
+    if raw.killed_by is KilledBy.KIT_DEADLINE:
+        return TrialRun("timeout", None, None, raw.elapsed_s, f"killed by the kit after {timeout_s:g} s",
+                        raw.stderr[-STDERR_TAIL:])
+    rc = raw.exit_code if raw.signal is None else -raw.signal
+    return trial_outcome(raw.stdout, raw.stderr, rc, raw.elapsed_s)
+
+
 CONTAINER_DATA, CONTAINER_CORPUS, CONTAINER_OUT = "/data", "/corpus", "/out"
-
-
-def run_trial_docker(image: str, argv: list[str], timeout_s: float, run_id: str, benchmark: str, *,
-                     data: Path | None = None, corpus: Path | None = None, out_dir: Path | None = None,
-                     read_cap: ReadCap | None = None, gpu: Any = None) -> TrialRun:
-    """One fresh container of the loader's image: network off, no capabilities, killed and removed at the end
-    (a signal too). `data`: a dataset mounted read-only at /data, run as its owner (a cold source needs it:
-    DONTNEED evicts only for the owner), its reads capped by `read_cap` when given. `corpus` + `out_dir`: a
-    dataset written in the image, the corpus read-only at /corpus and out_dir writable at /out, run as the
-    caller so what it writes is the caller's. `gpu`: a GpuRequest (a GPU loader), the container gets that GPU."""
-    import docker
-
-    from ...runtimes.docker import LABEL_RUN_ID, owner_labels, remove_run_containers
-
-    volumes: dict[str, dict[str, str]] = {}
-    user = f"{os.getuid()}:{os.getgid()}"
-    if data is not None:
-        st = data.stat()
-        user = f"{st.st_uid}:{st.st_gid}"
-        volumes[str(data)] = {"bind": CONTAINER_DATA, "mode": "ro"}
-    if corpus is not None:
-        volumes[str(corpus)] = {"bind": CONTAINER_CORPUS, "mode": "ro"}
-    if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)  # else the daemon creates it, root-owned
-        volumes[str(out_dir)] = {"bind": CONTAINER_OUT, "mode": "rw"}
-    caps = {"device_read_bps": [{"Path": read_cap.device, "Rate": read_cap.bytes_per_s}]} if read_cap else {}
-    if gpu is not None:
-        caps["device_requests"] = [gpu.device_request()]
-    client = docker.from_env()
-    t0 = time.monotonic()
-    try:
-        c = client.containers.run(image, argv, detach=True, network_mode="none", shm_size="1g", cap_drop=["ALL"],
-                                  security_opt=["no-new-privileges:true"], user=user, volumes=volumes,
-                                  labels={LABEL_RUN_ID: run_id, **owner_labels(), "kit.benchmark": benchmark},
-                                  **caps)
-    except BaseException:  # a signal between create and start: the run's one container, by its label
-        remove_run_containers(client, run_id)
-        client.close()
-        raise
-    timed_out = False
-    try:
-        try:
-            rc = c.wait(timeout=timeout_s)["StatusCode"]
-        except Exception:  # noqa: BLE001 - the SDK's read timeout: the deadline passed
-            timed_out = True
-            c.kill()
-            rc = None
-        out = c.logs(stdout=True, stderr=False).decode(errors="replace")
-        errs = c.logs(stdout=False, stderr=True).decode(errors="replace")
-    finally:
-        try:
-            c.remove(force=True)
-        except docker.errors.APIError:
-            pass
-        client.close()
-    elapsed = time.monotonic() - t0
-    if timed_out:
-        return TrialRun("timeout", None, None, elapsed, f"killed by the kit after {timeout_s:g} s", errs[-STDERR_TAIL:])
-    return trial_outcome(out, errs, rc, elapsed)
 
 
 @dataclass(frozen=True)
@@ -212,16 +103,69 @@ class Where:
                    ((doc.get("host") or {}).get("gpu") or {}).get("uuid"),
                    (doc.get("runtime") or {}).get("gpu_request"))
 
-    def gpu(self) -> Any:
-        """The GpuRequest a GPU loader's container is started with (None: no request recorded)."""
-        from ...runtimes.docker import GpuRequest
+    def execute(self, spec: TrialSpec, timeout_s: float) -> TrialRun:
+        """One data trial, fresh, through the run's runtime."""
+        raw = runtime_of(self).execute(spec, timeout_s=timeout_s)
+        return run_outcome(raw, timeout_s)
 
-        return GpuRequest(self.gpu_request, self.gpu_uuid) if self.gpu_request else None
+
+_RUNTIMES: dict[Where, Runtime] = {}  # one runtime per run and place: one run-state file, one Docker client
+
+
+def runtime_of(where: Where) -> Runtime:
+    """The runtime `where` runs its trials in, made once per run (the local one keeps the run's live trials in
+    one run-state file; the Docker one its client)."""
+    rt = _RUNTIMES.get(where)
+    if rt is None:
+        if where.runtime == "docker":
+            from ...runtimes.docker import DockerRuntime
+
+            rt = DockerRuntime("", run_id=where.run_id, gpu_uuid=where.gpu_uuid,
+                               gpu_request=where.gpu_request or "auto")
+        else:
+            from ...runtimes.local import LocalRuntime
+
+            rt = LocalRuntime(gpu_uuid=where.gpu_uuid, python=where.python, run_id=where.run_id)
+        _RUNTIMES[where] = rt
+    return rt
+
+
+def close_runtimes(run_id: str) -> None:
+    """At the end of a run (complete, interrupted or failed): its runtimes closed — the run-state file gone, any
+    container of the run removed."""
+    for where in [w for w in _RUNTIMES if w.run_id == run_id]:
+        _RUNTIMES.pop(where).close()
+
+
+def _spec(where: Where, image: str, argv: list[str], what: str, *, mounts: tuple[Mount, ...] = (),
+          user: str | None = None, gpu: bool = False, read_limit: bool = False, benchmark: str) -> TrialSpec:
+    """A data trial as a unit of work. Locally: `python trial.py argv` with CUDA limited to the recorded GPU (if
+    any). In a container of `image`: the mounts, `user`, the GPU attached only for a GPU loader with a recorded
+    request, reads capped by `read_cap` when asked."""
+    docker = where.runtime == "docker"
+    if docker:
+        device = "cuda" if gpu and where.gpu_request else None
+    else:
+        device = "cuda" if where.gpu_uuid else None
+    caps = ((ReadLimit(where.read_cap.device, where.read_cap.bytes_per_s),)
+            if docker and read_limit and where.read_cap else ())
+    return TrialSpec(program=(where.python, str(trial_path())), argv=tuple(argv), image=image if docker else "",
+                     mounts=mounts if docker else (), device=device, user=user if docker else None,
+                     read_limits=caps, labels=(("kit.benchmark", benchmark),),
+                     record=Record(what=what))
+
+
+def _caller() -> str:
+    import os
+
+    return f"{os.getuid()}:{os.getgid()}"
 
 
 def write_dataset(where: Where, benchmark: str, corpus: str, out: Path, fmt: str, enc: str, side: int,
                   limit: int | None, timeout_s: float, keep: bool, workers: int | None = None) -> TrialRun:
-    """`trial.py datasize`: one dataset written at `out`, in a local process or in the format's writer image."""
+    """`trial.py datasize`: one dataset written at `out`, in a local process or in the format's writer image (the
+    corpus read-only at /corpus, out's folder writable at /out, run as the caller so what it writes is the
+    caller's)."""
     flags = ["--format", fmt, "--encoding", enc, "--side", str(side)]
     if limit:
         flags += ["--limit", str(limit)]
@@ -229,22 +173,37 @@ def write_dataset(where: Where, benchmark: str, corpus: str, out: Path, fmt: str
         flags += ["--workers", str(workers)]
     if keep:
         flags += ["--keep"]
+    mounts: tuple[Mount, ...] = ()
+    image = ""
     if where.runtime == "docker":
-        return run_trial_docker(loader_image(FORMAT_IMAGE[fmt], where.image_tag),
-                                ["datasize", "--corpus", CONTAINER_CORPUS, "--out", f"{CONTAINER_OUT}/{out.name}",
-                                 *flags], timeout_s, where.run_id, benchmark, corpus=Path(corpus), out_dir=out.parent)
-    return run_trial(where.python, ["datasize", "--corpus", corpus, "--out", str(out), *flags], timeout_s,
-                     run_id=where.run_id, what=f"{benchmark}: writing {out.name}")
+        out.parent.mkdir(parents=True, exist_ok=True)  # a bind mount's source must exist
+        mounts = (Mount(str(Path(corpus).resolve()), CONTAINER_CORPUS),
+                  Mount(str(out.parent.resolve()), CONTAINER_OUT, read_only=False))
+        image = loader_image(FORMAT_IMAGE[fmt], where.image_tag)
+        corpus, out = str(Path(corpus).resolve()), out.parent.resolve() / out.name
+    spec = _spec(where, image, ["datasize", "--corpus", corpus, "--out", str(out), *flags],
+                 f"{benchmark}: writing {out.name}", mounts=mounts, user=_caller(), benchmark=benchmark)
+    return where.execute(spec, timeout_s)
 
 
 def run_on_dataset(where: Where, benchmark: str, image: str | None, argv: list[str], dataset: Path | None,
                    timeout_s: float, gpu: bool = False) -> TrialRun:
     """One trial run reading `dataset` (given as `--dataset`; None: none): a fresh local process, or a fresh
-    container of `image` with the dataset mounted read-only at /data (`gpu`: and the run's GPU attached)."""
+    container of `image` with the dataset mounted read-only at /data (`gpu`: and the run's GPU attached), run as
+    the dataset's owner (a cold source needs it: DONTNEED evicts only for the owner), its reads capped by the
+    run's read cap."""
+    mounts: tuple[Mount, ...] = ()
+    user = None
     if where.runtime == "docker":
         assert image is not None, "a docker run names its image"
-        return run_trial_docker(image, [*argv, *(["--dataset", CONTAINER_DATA] if dataset else [])], timeout_s,
-                                where.run_id, benchmark, data=dataset, read_cap=where.read_cap if dataset else None,
-                                gpu=where.gpu() if gpu else None)
-    return run_trial(where.python, [*argv, *(["--dataset", str(dataset)] if dataset else [])], timeout_s,
-                     where.gpu_uuid, run_id=where.run_id, what=f"{benchmark}: {' '.join(argv[:3])}")
+        if dataset is not None:
+            dataset = dataset.resolve()
+            mounts = (Mount(str(dataset), CONTAINER_DATA),)
+            st = dataset.stat()
+            user = f"{st.st_uid}:{st.st_gid}"
+        else:
+            user = _caller()
+    spec = _spec(where, image or "", [*argv, *(["--dataset", str(dataset)] if dataset else [])],
+                 f"{benchmark}: {' '.join(argv[:3])}", mounts=mounts, user=user, gpu=gpu,
+                 read_limit=dataset is not None, benchmark=benchmark)
+    return where.execute(spec, timeout_s)

@@ -24,14 +24,14 @@ import re
 import threading
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...core.outcome import KilledBy, MemoryPeaks, TrialOutcome
+from ...core.outcome import KilledBy, MemoryPeaks
 from ...core.protocol import TrialRequest
 from ...core.watch import Watcher
-from ..base import RawRun, Runtime, RuntimeUnavailable, Stopwatch, classify
+from ..base import RawRun, Runtime, RuntimeUnavailable, Stopwatch
+from ..spec import Mount, Record, TrialSpec
 from .client import (LABEL_BATCH, LABEL_ENGINE, LABEL_PRECISION, LABEL_RUN_ID, _daemon_down, _one_line, _remove,
                      _require_sdk, _short, docker, docker_client, image_exists, image_provenance, owner_labels,
                      remove_run_containers, requests_exceptions, sweep_orphans)
@@ -176,36 +176,47 @@ class DockerRuntime(Runtime):
 
     def gpu_request(self, engine: str) -> GpuRequest:
         """How this run's containers get the GPU; with "auto", probed once (engine's image)."""
+        return self._gpu_for(self.image_for(engine))
+
+    def _gpu_for(self, image: str) -> GpuRequest:
         if self._gpu_request is None:
-            probe = probe_gpu_request(self.client, self.image_for(engine), self.gpu_uuid, "auto")
+            probe = probe_gpu_request(self.client, image, self.gpu_uuid, "auto")
             if probe.request is None:
                 raise RuntimeUnavailable(probe.refusal())
             self._gpu_request = probe.request
         return self._gpu_request
 
-    def labels(self, request: TrialRequest) -> dict[str, str]:
-        return {
-            LABEL_RUN_ID: self.run_id,
-            **owner_labels(),
-            LABEL_ENGINE: request.engine,
-            LABEL_BATCH: str(request.batch),
-            LABEL_PRECISION: request.precision,
-        }
-
-    def create_kwargs(self, request: TrialRequest) -> dict[str, Any]:
-        """Everything `containers.create` gets for one candidate (tests inspect it)."""
+    def spec(self, request: TrialRequest) -> TrialSpec:
+        """An engine candidate as a unit of work: the engine's image, the protocol's flags, the dataset (if any)
+        mounted read-only at /data, the labels that name the candidate."""
         data_src = self.data_dir or (str(Path(request.data_dir).resolve()) if request.data_dir else None)
         if data_src and not Path(data_src).is_dir():
             raise RuntimeUnavailable(f"data directory {data_src} does not exist (it is mounted read-only at {DATA_MOUNT})")
+        return TrialSpec(program=(), argv=tuple(request.argv(data_dir=data_src)), image=self.image_for(request.engine),
+                         mounts=(Mount(data_src, DATA_MOUNT),) if data_src else (), device=request.device,
+                         memory_limit_mib=self.memory_limit_mib,
+                         labels=((LABEL_ENGINE, request.engine), (LABEL_BATCH, str(request.batch)),
+                                 (LABEL_PRECISION, request.precision)),
+                         name=_container_name(self.run_id, request),
+                         record=Record(engine=request.engine, precision=request.precision, batch=request.batch))
+
+    def create_kwargs(self, request: TrialRequest) -> dict[str, Any]:
+        """Everything `containers.create` gets for one engine candidate (tests inspect it)."""
+        return self.container_kwargs(self.spec(request))
+
+    def container_kwargs(self, spec: TrialSpec) -> dict[str, Any]:
+        """Everything `containers.create` gets for one unit of work: networking off, every capability dropped,
+        no-new-privileges, the run's labels, the mounts (a Mount, never a -v bind: a missing source is an error,
+        not a new root-owned folder), a memory limit without swap, read caps, the GPU by UUID."""
         env = {"PYTHONUNBUFFERED": "1"}
-        if request.device == "cpu":
+        if spec.device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU candidate never touches a GPU
         env.update(self.extra_env)
+        env.update(spec.env_dict())
         kw: dict[str, Any] = dict(
-            image=self.image_for(request.engine),
-            command=request.argv(data_dir=DATA_MOUNT if data_src else None),
-            name=_container_name(self.run_id, request),
-            labels=self.labels(request),
+            image=spec.image,
+            command=spec.container_argv(),
+            labels={LABEL_RUN_ID: self.run_id, **owner_labels(), **spec.label_dict()},
             environment=env,
             network_disabled=True,
             network_mode="none",
@@ -216,41 +227,47 @@ class DockerRuntime(Runtime):
             tty=False,
             detach=True,
         )
-        if data_src:
-            # A Mount, not a -v bind: a missing source is an error, never a new root-owned folder.
-            kw["mounts"] = [docker.types.Mount(target=DATA_MOUNT, source=data_src, type="bind", read_only=True)]
-        if self.memory_limit_mib is not None:
-            limit = f"{int(self.memory_limit_mib)}m"
+        if spec.name:
+            kw["name"] = spec.name
+        if spec.user:
+            kw["user"] = spec.user
+        if spec.mounts:
+            kw["mounts"] = [docker.types.Mount(target=m.target, source=m.source, type="bind", read_only=m.read_only)
+                            for m in spec.mounts]
+        if spec.memory_limit_mib is not None:
+            limit = f"{int(spec.memory_limit_mib)}m"
             kw["mem_limit"] = limit
             kw["memswap_limit"] = limit  # equal: no swap, the limit is the limit
-        if request.device == "cuda":  # the GPU NVML resolved, by UUID, the way this daemon takes it
-            kw["device_requests"] = [self.gpu_request(request.engine).device_request()]
+        if spec.read_limits:
+            kw["device_read_bps"] = [{"Path": r.device, "Rate": r.bytes_per_s} for r in spec.read_limits]
+        if spec.device == "cuda":  # the GPU NVML resolved, by UUID, the way this daemon takes it
+            kw["device_requests"] = [self._gpu_for(spec.image).device_request()]
         return kw
 
-    # -- one candidate --------------------------------------------------------------------------
+    # -- one unit of work -----------------------------------------------------------------------
 
-    def _create(self, request: TrialRequest) -> Any:
-        kw = self.create_kwargs(request)
+    def _create(self, spec: TrialSpec) -> Any:
+        kw = self.container_kwargs(spec)
         try:
             return self.client.containers.create(**kw)
         except docker.errors.ImageNotFound:
+            build = f"kitctl images build {spec.record.engine}" if spec.record.engine else "kitctl images build"
             raise RuntimeUnavailable(
-                f"image {kw['image']} is not present: build it with `kitctl images build {request.engine}` "
-                f"(or `docker compose build`)") from None
+                f"image {kw['image']} is not present: build it with `{build}` (or `docker compose build`)") from None
         except docker.errors.APIError as exc:
-            if request.device == "cuda" and _is_gpu_refusal(exc):
-                raise RuntimeUnavailable(self.gpu_request(request.engine).refused(_short(exc, 300))) from None
+            if spec.device == "cuda" and _is_gpu_refusal(exc):
+                raise RuntimeUnavailable(self._gpu_for(spec.image).refused(_short(exc, 300))) from None
             raise RuntimeUnavailable(f"the Docker daemon refused to create the container: {_short(exc, 300)}") from None
         except (docker.errors.DockerException, requests_exceptions.RequestException) as exc:
             raise _daemon_down(exc) from None
 
-    def _start(self, container: Any, request: TrialRequest) -> None:
+    def _start(self, container: Any, spec: TrialSpec) -> None:
         try:
             container.start()
         except docker.errors.APIError as exc:
-            if request.device == "cuda" and _is_gpu_refusal(exc):
+            if spec.device == "cuda" and _is_gpu_refusal(exc):
                 # The daemon's own words, one line, and the fix for the kind of request it refused.
-                raise RuntimeUnavailable(self.gpu_request(request.engine).refused(_short(exc, 300))) from None
+                raise RuntimeUnavailable(self._gpu_for(spec.image).refused(_short(exc, 300))) from None
             raise RuntimeUnavailable(f"the Docker daemon could not start the container: {_short(exc, 300)}") from None
         except (docker.errors.DockerException, requests_exceptions.RequestException) as exc:
             raise _daemon_down(exc) from None
@@ -277,8 +294,8 @@ class DockerRuntime(Runtime):
             raise RuntimeUnavailable(f"the container did not exit {KILL_WAIT_S:.0f} s after SIGKILL "
                                      f"({_short(exc)})") from None
 
-    def run(self, request: TrialRequest, *, timeout_s: float, watcher: Watcher | None = None) -> TrialOutcome:
-        container = self._create(request)
+    def execute(self, spec: TrialSpec, *, timeout_s: float, watcher: Watcher | None = None) -> RawRun:
+        container = self._create(spec)
         handle = _ContainerHandle(container)
         self.current = handle
         peaks: MemoryPeaks | None = None
@@ -287,7 +304,7 @@ class DockerRuntime(Runtime):
             if watcher is not None:
                 watcher.prepare()
             clock = Stopwatch()
-            self._start(container, request)
+            self._start(container, spec)
             if watcher is not None:
                 watcher.start(handle)
                 watcher_started = True
@@ -342,10 +359,9 @@ class DockerRuntime(Runtime):
             sig = exit_code - 128
             if killed_by is KilledBy.NONE:
                 killed_by = KilledBy.SIGNAL
-        raw = RawRun(stdout=stdout, stderr=stderr, exit_code=exit_code, signal=sig,
-                     killed_by=killed_by, elapsed_s=elapsed, container_id=container.id)
-        return classify(request, raw, peaks or MemoryPeaks(),
-                        over_budget=bool(watcher is not None and watcher.over_budget), runtime=self.name)
+        return RawRun(stdout=stdout, stderr=stderr, exit_code=exit_code, signal=sig, killed_by=killed_by,
+                      elapsed_s=elapsed, container_id=container.id, peaks=peaks or MemoryPeaks(),
+                      over_budget=bool(watcher is not None and watcher.over_budget))
 
     # -- the rest of the interface --------------------------------------------------------------
 

@@ -1,0 +1,120 @@
+"""The kit against itself: a loader's dataload figure beside its train-e2e "loader alone" figure for the same data,
+source, workers and batch on the same kind of machine. Both time the same pipeline over whole epochs after a
+warm-up epoch under the window rule, so they should agree; a pair that differs by more than AGREE_WITHIN is named
+with both figures (a report shows it, and tests/test_data_agreement.py checks the committed results).
+
+Only runs under the window rule are paired: before it each figure held its loader's start-up, which a 10,000-image
+epoch and a 40,000-image one weigh differently."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+AGREE_WITHIN = 0.10
+SOURCE = "ram"  # train-e2e reads its datasets from the page cache: dataload's "ram" source
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One side of a pair: the median images/s of a cell, its runs, and the artifact it comes from."""
+    images_per_second: float
+    runs: int
+    name: str  # the artifact (file name or run id)
+
+
+@dataclass(frozen=True)
+class Pair:
+    loader: str
+    encoding: str
+    side: int
+    workers: int
+    batch: int
+    machine: str
+    dataload: Figure
+    loader_alone: Figure
+
+    @property
+    def difference(self) -> float:
+        """train-e2e's loader alone relative to dataload: (e2e − dataload) ÷ dataload."""
+        return self.loader_alone.images_per_second / self.dataload.images_per_second - 1.0
+
+    @property
+    def agree(self) -> bool:
+        return abs(self.difference) <= AGREE_WITHIN
+
+
+def machine(doc: dict[str, Any]) -> str:
+    """The kind of machine a run was on: its GPU's name (a fresh machine of one kind has another UUID), CPU count
+    and host name."""
+    host = doc.get("host") or {}
+    gpu = (host.get("gpu") or {}).get("name") or "no GPU"
+    return f"{gpu}, {host.get('cpu_count')} CPUs, host {host.get('hostname')}"
+
+
+def _windowed(doc: dict[str, Any]) -> bool:
+    return (doc.get("configuration") or {}).get("window_images") is not None
+
+
+def _median(summary: Any) -> tuple[float, int] | None:
+    if isinstance(summary, dict) and isinstance(summary.get("median"), (int, float)) and summary["median"] > 0:
+        return float(summary["median"]), int(summary.get("n") or 0)
+    return None
+
+
+def dataload_cells(doc: dict[str, Any]) -> dict[tuple, tuple[float, int]]:
+    """(loader, encoding, side, workers, batch) → (median, runs) of a windowed dataload artifact's RAM cells."""
+    if doc.get("benchmark") != "dataload" or not _windowed(doc):
+        return {}
+    batch = (doc.get("configuration") or {}).get("batch")
+    out = {}
+    for c in doc.get("results") or []:
+        m = _median(c.get("summary"))
+        if c.get("source") == SOURCE and c.get("status") == "ok" and m:
+            out[(c.get("loader"), c.get("encoding"), c.get("side"), c.get("workers"), batch)] = m
+    return out
+
+
+def loader_alone_cells(doc: dict[str, Any]) -> dict[tuple, tuple[float, int]]:
+    """The same key → (median, runs) of a windowed train-e2e artifact's loader-alone figures."""
+    if doc.get("benchmark") != "train-e2e" or not _windowed(doc):
+        return {}
+    cfg = doc.get("configuration") or {}
+    out = {}
+    for c in doc.get("results") or []:
+        m = _median((c.get("summary") or {}).get("loader"))
+        if c.get("loader") != "synthetic" and c.get("status") == "ok" and m:
+            out[(c.get("loader"), cfg.get("encoding"), cfg.get("side"), cfg.get("workers"), cfg.get("batch"))] = m
+    return out
+
+
+def pairs(docs: list[tuple[str, dict[str, Any]]]) -> list[Pair]:
+    """Every (dataload cell, train-e2e loader alone) pair of the named documents with the same loader, encoding,
+    side, workers and batch on the same kind of machine."""
+    out = []
+    for dname, d in docs:
+        load = dataload_cells(d)
+        for ename, e in docs:
+            if machine(d) != machine(e):
+                continue
+            for key, (alone, n_alone) in loader_alone_cells(e).items():
+                if key in load:
+                    med, n = load[key]
+                    out.append(Pair(*key, machine(d), Figure(med, n, dname), Figure(alone, n_alone, ename)))
+    return out
+
+
+def report_lines(docs: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """A report's section on the pairs (nothing where there are none)."""
+    found = pairs(docs)
+    if not found:
+        return []
+    lines = ["The kit against itself — dataload beside train-e2e's loader alone (same data, RAM source, workers "
+             f"and batch, same kind of machine; they should agree within {AGREE_WITHIN:.0%}):", "",
+             "| Loader | Data | Workers | dataload images/s | loader alone images/s | difference | |",
+             "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
+    for p in found:
+        lines.append(f"| {p.loader} | {p.encoding}@{p.side} | {p.workers} | {p.dataload.images_per_second:,.0f} "
+                     f"({p.dataload.runs} runs, `{p.dataload.name}`) | {p.loader_alone.images_per_second:,.0f} "
+                     f"({p.loader_alone.runs} runs, `{p.loader_alone.name}`) | {p.difference:+.1%} | "
+                     f"{'agree' if p.agree else f'DIFFER by more than {AGREE_WITHIN:.0%}'} |")
+    return [*lines, ""]
