@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -30,9 +31,11 @@ from conftest import host_lacks, need_module  # noqa: E402
 N = 48
 
 
-def trial(*flags, timeout=300, env=None):
+def trial(*flags, timeout=300, env=None, sigint_ignored=False):
+    """`sigint_ignored`: the trial starts with SIGINT ignored, as under nohup or in a shell's background job."""
+    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None
     proc = subprocess.run([sys.executable, str(TRIAL), *map(str, flags)], capture_output=True, text=True,
-                          timeout=timeout, cwd="/", env=env)
+                          timeout=timeout, cwd="/", env=env, preexec_fn=ignore)
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("KIT-RESULT "), (proc.stdout, proc.stderr[-2000:])
     return proc.returncode, json.loads(lines[0][len("KIT-RESULT "):]), proc.stderr
@@ -300,17 +303,20 @@ def test_a_dataset_folder_exists_only_whole(made, tmp_path, fmt):
         writers.write(made, m, out, fmt, "jpeg90", 64, workers=1, seed=0)
 
 
-def test_a_killed_ffcv_writer_worker_ends_the_write_in_one_line(made, tmp_path):
+@pytest.mark.parametrize("sigint_ignored", [False, True], ids=["plain", "sigint-ignored"])
+def test_a_killed_ffcv_writer_worker_ends_the_write_in_one_line(made, tmp_path, sigint_ignored):
     """ffcv's writer polls its count of written samples and never looks at its workers: one SIGKILLed midway (the
     OOM killer's way) used to leave it waiting for ever. The worker preparing sample 20 kills itself (the writers'
     test-only fault hook; a real SIGKILL of a real worker); the write must end by itself within the subprocess's
-    timeout, with one line, no dataset, no hidden sibling, no process and no shared memory left."""
+    timeout, with one line, no dataset, no hidden sibling, no process and no shared memory left. Also when the
+    trial started with SIGINT ignored (nohup, a background job): the watch stopped the wait by a simulated SIGINT,
+    which such a process ignores, and the write hung until the timeout."""
     need_module("ffcv")
     out = tmp_path / "data" / "ffcv"
     mark = f"kitctl-test-{uuid.uuid4().hex}"
     t0 = time.monotonic()
     rc, r, err = trial("datasize", "--corpus", made, "--out", out, "--format", "ffcv", "--encoding", "jpeg90",
-                       "--side", 64, "--workers", 2, "--keep", timeout=120,
+                       "--side", 64, "--workers", 2, "--keep", timeout=120, sigint_ignored=sigint_ignored,
                        env={**os.environ, "KITCTL_TEST_MARK": mark, "KITCTL_FAULT_KILL_WRITER_AT": "20"})
     assert rc == 1 and r["status"] == "error", (r, err[-2000:])
     assert r["error"].startswith("an ffcv writer worker died before the write finished (pid "), r["error"]

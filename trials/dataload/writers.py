@@ -310,13 +310,22 @@ class _Prepared:
             return self.PLACEHOLDER, label
 
 
+class _WorkerGone(Exception):
+    """Raised in the main thread by _WorkerWatch's signal: a worker of the write died."""
+
+
 class _WorkerWatch:
     """ffcv's parent polls its count of written samples and never looks at its workers: one that dies without
     reaching _Prepared's handler (SIGKILL from the OOM killer, a crash inside ffcv's own code) leaves it waiting
     for ever. This thread watches the processes the write starts; the first to end with a non-zero exit code
-    stops the wait (KeyboardInterrupt in the main thread, which _write_ffcv turns into WriterDied)."""
+    stops the wait: it raises _WorkerGone in the main thread, which _write_ffcv turns into WriterDied.
+
+    By a signal of the watch's own (SIGUSR2, its handler installed for the write), not SIGINT: a process started
+    with SIGINT ignored (under nohup, or a background job of a shell) has no SIGINT handler to simulate, and
+    `interrupt_main()` then does nothing — the write waited for ever."""
 
     POLL_S = 0.05
+    SIGNAL = signal.SIGUSR2
 
     def __init__(self, before: set) -> None:
         import threading
@@ -326,12 +335,20 @@ class _WorkerWatch:
         self._thread = threading.Thread(target=self._run, name="ffcv-worker-watch", daemon=True)
 
     def __enter__(self) -> "_WorkerWatch":
+        self._previous = signal.signal(self.SIGNAL, self._raise)  # the main thread's: _write_ffcv runs there
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
+        try:
+            self._stop.set()
+            self._thread.join()
+        finally:
+            signal.signal(self.SIGNAL, self._previous)
+
+    @staticmethod
+    def _raise(signum, frame) -> None:
+        raise _WorkerGone()
 
     def _run(self) -> None:
         import _thread
@@ -344,7 +361,7 @@ class _WorkerWatch:
                 if p.exitcode not in (None, 0):
                     self.died = f"pid {p.pid}, exit code {p.exitcode}"
                     if not self._stop.is_set():
-                        _thread.interrupt_main()
+                        _thread.interrupt_main(self.SIGNAL)
                     return
 
 
@@ -381,7 +398,7 @@ def _write_ffcv(corpus, files, out, side, mode, quality, workers):
         if isinstance(sm, shared_memory.SharedMemory):
             sm.close()
             sm.unlink()
-        if watch.died and isinstance(exc, KeyboardInterrupt):
+        if watch.died and isinstance(exc, _WorkerGone):
             raise WriterDied(f"an ffcv writer worker died before the write finished ({watch.died}); "
                              "no dataset was written") from None
         raise
