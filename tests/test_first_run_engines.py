@@ -167,4 +167,5 @@ def test_the_local_runtime_hands_the_allocator_setting_to_the_trial(monkeypatch)
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "131072")
     req = TrialRequest(engine="pytorch-eager", mode="eager", benchmark="maxbatch", batch=2, precision="fp32",
                        device="cpu")
-    assert LocalRuntime(run_id="envtest")._env(req)["MALLOC_MMAP_THRESHOLD_"] == "131072"
+    rt = LocalRuntime(run_id="envtest")
+    assert rt._env(rt.spec(req))["MALLOC_MMAP_THRESHOLD_"] == "131072"

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ...core.recorded import read_view
+
 AGREE_WITHIN = 0.10
 SOURCE = "ram"  # train-e2e reads its datasets from the page cache: dataload's "ram" source
 
@@ -43,6 +45,20 @@ class Pair:
         return abs(self.difference) <= AGREE_WITHIN
 
 
+@dataclass(frozen=True)
+class _Recorded:
+    """The keys of a data artifact's configuration the pairing reads (as recorded; absent: None)."""
+    window_images: Any = None
+    batch: Any = None
+    encoding: Any = None
+    side: Any = None
+    workers: Any = None
+
+
+def _config(doc: dict[str, Any]) -> _Recorded:
+    return read_view(_Recorded, doc.get("configuration"))
+
+
 def machine(doc: dict[str, Any]) -> str:
     """The kind of machine a run was on: its GPU's name (a fresh machine of one kind has another UUID), CPU count
     and host name."""
@@ -52,7 +68,7 @@ def machine(doc: dict[str, Any]) -> str:
 
 
 def _windowed(doc: dict[str, Any]) -> bool:
-    return (doc.get("configuration") or {}).get("window_images") is not None
+    return _config(doc).window_images is not None
 
 
 def _median(summary: Any) -> tuple[float, int] | None:
@@ -65,7 +81,7 @@ def dataload_cells(doc: dict[str, Any]) -> dict[tuple, tuple[float, int]]:
     """(loader, encoding, side, workers, batch) → (median, runs) of a windowed dataload artifact's RAM cells."""
     if doc.get("benchmark") != "dataload" or not _windowed(doc):
         return {}
-    batch = (doc.get("configuration") or {}).get("batch")
+    batch = _config(doc).batch
     out = {}
     for c in doc.get("results") or []:
         m = _median(c.get("summary"))
@@ -78,12 +94,12 @@ def loader_alone_cells(doc: dict[str, Any]) -> dict[tuple, tuple[float, int]]:
     """The same key → (median, runs) of a windowed train-e2e artifact's loader-alone figures."""
     if doc.get("benchmark") != "train-e2e" or not _windowed(doc):
         return {}
-    cfg = doc.get("configuration") or {}
+    rec = _config(doc)
     out = {}
     for c in doc.get("results") or []:
         m = _median((c.get("summary") or {}).get("loader"))
         if c.get("loader") != "synthetic" and c.get("status") == "ok" and m:
-            out[(c.get("loader"), cfg.get("encoding"), cfg.get("side"), cfg.get("workers"), cfg.get("batch"))] = m
+            out[(c.get("loader"), rec.encoding, rec.side, rec.workers, rec.batch)] = m
     return out
 
 
