@@ -182,7 +182,11 @@ def run_lightning(a: argparse.Namespace) -> dict:
         def train_dataloader(self):
             return DataLoader(Synthetic(), batch_size=self.batch_size, shuffle=False, num_workers=0)
 
+    import tempfile
+
+    # the tuner saves and restores the model around its trials: in a folder of its own, not the caller's
     trainer = pl.Trainer(accelerator="gpu" if a.device == "cuda" else "cpu", devices=1,
+                         default_root_dir=tempfile.mkdtemp(prefix="peer-lightning-"),
                          precision="bf16-mixed" if a.precision == "bf16" else "32-true", max_epochs=1,
                          logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False)
@@ -224,7 +228,8 @@ def run_accelerate(a: argparse.Namespace) -> dict:
     answer = probe()
     return {"answer": answer, "versions": {"accelerate": accelerate.__version__, "torch": torch.__version__},
             "settings": {"starting_batch_size": a.accelerate_start, "factor_on_failure": 0.9,
-                         "precision": f"{a.precision} (autocast)" if a.precision == "bf16" else "fp32 (TF32)"},
+                         "precision": "bf16 (autocast)" if a.precision == "bf16"
+                         else "fp32, TF32 allowed" if a.device == "cuda" else "fp32"},
             "batches_tried": tried}
 
 
