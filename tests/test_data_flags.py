@@ -43,3 +43,28 @@ def test_a_setting_beside_resume_is_refused_not_ignored(tmp_path, bench):
                            str(tmp_path / "t.csv")))
     assert "cannot apply" not in line and str(partial) in line, line
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("bench", DATA)
+def test_a_runtime_the_data_trials_cannot_use_is_refused_in_one_line(tmp_path, bench):
+    line = one_line(kitctl(tmp_path, "run", bench, "--runtime", "ray", "--results-dir", str(tmp_path / "r")))
+    assert line == "kitctl: --runtime must be local or docker (got 'ray')", line
+    assert not (tmp_path / "r").exists()
+
+
+def test_each_benchmarks_default_timeout_is_the_one_table_docs_and_help_state():
+    """run/config.py's DEFAULT_TIMEOUTS_S is what a data config records without --timeout, what each command's
+    help says, and docs/running.md's defaults table."""
+    from kitctl.run.config import DEFAULT_TIMEOUTS_S, DataLaunch
+
+    assert DEFAULT_TIMEOUTS_S["maxbatch"] == DEFAULT_TIMEOUTS_S["throughput"] == 900.0
+    for bench in DATA:
+        assert DataLaunch.of(bench, "local", None, None).timeout_s == DEFAULT_TIMEOUTS_S[bench]
+        assert DataLaunch.of(bench, "docker", None, 12.5).timeout_s == 12.5
+        p = kitctl(Path("/"), "run", bench, "--help")
+        assert f"(default {DEFAULT_TIMEOUTS_S[bench]:.0f})" in " ".join(p.stdout.split()), p.stdout
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "running.md").read_text()
+    row = next(line for line in docs.splitlines() if line.startswith("| `--timeout` (s per unit) |"))
+    cells = [c.strip().split(" ")[0].replace(",", "") for c in row.strip("|").split("|")[1:]]
+    assert [float(c) for c in cells] == [DEFAULT_TIMEOUTS_S[b] for b in ("maxbatch", "datasize", "dataload",
+                                                                          "train-e2e")]

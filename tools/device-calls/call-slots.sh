@@ -28,4 +28,15 @@ for c in doc["results"]:
           f"{'SAME' if got == want.get(c['precision']) else 'DIFFERENT'}); {len(c['trials'])} candidates, "
           f"{len(c.get('cancelled', []))} cancelled; gate {c.get('slot_gate')}; wall {c.get('slots_wall_s')} s")
 EOF
+# The peers on the same question and cap, in the same call (PEERS=0 skips): Lightning's binsearch with its
+# defaults and with max_val 65536 / margin 0, accelerate's finder from 16,384; each finder a fresh process under
+# the allocator fraction the committed sequential fp32 search's candidates ran under.
+if [ "${PEERS:-1}" = 1 ] && (( $(left) > 150 )); then
+  ref=results/reference/maxbatch-resnet50-synthetic-20261129T195932Z.json
+  say "peers, fp32, the cap of $ref (left $(left) s)"
+  timeout $(( $(left) - 60 )) python3 tools/peer_batch_finders.py --like "$ref" --engine pytorch-eager --precision fp32 \
+    --lightning-max-val 65536 --lightning-margin 0 --out "$OUT/peers-fp32-max65536-margin0.json" | tail -3
+  (( $(left) > 60 )) && timeout $(( $(left) - 20 )) python3 tools/peer_batch_finders.py --like "$ref" \
+    --engine pytorch-eager --precision fp32 --finders lightning --out "$OUT/peers-fp32-lightning-defaults.json" | tail -3
+fi
 say "used $(gpu_used) MiB; $SECONDS s"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import enum
 import math
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,13 @@ from ..errors import Fail
 
 
 DEFAULT_TIMEOUT_S = 900.0
+# Each benchmark's default --timeout for one unit of work, in one place (docs/running.md, "Defaults"): an engine
+# candidate or throughput run, a dataset written (datasize: every format of the corpus), a loader run over its
+# window, a train-e2e run. The data benchmarks' units are longer: a write of a whole corpus, a window of epochs.
+DEFAULT_TIMEOUTS_S = {"maxbatch": DEFAULT_TIMEOUT_S, "throughput": DEFAULT_TIMEOUT_S, "datasize": 3600.0,
+                      "dataload": 1800.0, "train-e2e": 900.0}
+# The runtimes a data benchmark's trials run in (the engine benchmarks also take auto and ray: RuntimeName).
+DATA_RUNTIMES = ("local", "docker")
 # Sane bounds, checked before anything is written (a run's and a resumed partial's alike).
 MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a candidate that may run longer than a week is a typo
 MIN_MEMORY_LIMIT_MIB = 6  # Docker's minimum container memory; no trial starts in less anyway
@@ -197,6 +205,27 @@ def choose_device(device: str, memory_limit: int | None, runtime: str, python: s
 
 def engine_names(engines: str) -> list[str]:
     return [e.name for e in parse_engines(engines)]
+
+
+@dataclass(frozen=True)
+class DataLaunch:
+    """How a data benchmark (datasize, dataload, train-e2e) starts its trials, checked once for all three:
+    `--runtime` (local or docker), `--python` (an executable; default this interpreter) and `--timeout` (finite,
+    > 0, at most a week; default DEFAULT_TIMEOUTS_S[benchmark])."""
+    runtime: str
+    python: str
+    timeout_s: float
+
+    @classmethod
+    def of(cls, benchmark: str, runtime: str, python: str | None, timeout: float | None) -> DataLaunch:
+        if runtime not in DATA_RUNTIMES:
+            raise Fail(f"--runtime must be {' or '.join(DATA_RUNTIMES)} (got {runtime!r})")
+        if timeout is not None:  # nan, inf or a week and more: one line, before anything is written
+            check_timeout(timeout)
+        py = python or sys.executable
+        if not os.access(py, os.X_OK):
+            raise Fail(f"--python {py}: not an executable")
+        return cls(runtime, py, DEFAULT_TIMEOUTS_S[benchmark] if timeout is None else float(timeout))
 
 
 def check_timeout(timeout: float) -> None:

@@ -3,13 +3,12 @@ from a partial's record for --resume through the same checks."""
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ...errors import Fail
-from ...run.config import check_counts, check_timeout
+from ...run.config import DataLaunch, check_counts
 from ..data.checks import check_corpus, check_data_dir, check_workers, parse_ints, parse_names
 from ..data.corpus import corpus_images
 from ..data.loaders import DATA_ENCODINGS, GPU_LOADERS, LOADER_FORMAT, LOADER_NAMES
@@ -54,8 +53,7 @@ class DataloadConfig:
         epochs, as it was measured."""
         from ..data.images import serving_builds
 
-        if runtime not in ("local", "docker"):
-            raise Fail(f"--runtime must be local or docker (got {runtime!r})")
+        launch = DataLaunch.of("dataload", runtime, python, timeout)
         if runtime == "docker":  # a loader the tag's build does not serve (GPU loader, CPU build): one line, now
             serving_builds(parse_names("--loaders", loaders, LOADERS), image_tag)
         for flag, v in (("--runs", runs), ("--epochs", epochs), ("--batch", batch)):
@@ -66,8 +64,6 @@ class DataloadConfig:
                                              ("--limit", limit)) if v is not None))
         if limit is not None and limit <= 0:
             raise Fail(f"--limit must be > 0 (got {limit})")
-        if timeout is not None:  # nan, inf or a week and more: one line, before anything is written
-            check_timeout(timeout)
         window = None
         if window_images is not None or window_seconds is not None:
             from ...core.loader_window import STEADY_TOLERANCE
@@ -76,9 +72,6 @@ class DataloadConfig:
                                      STEADY_TOLERANCE if steady_tolerance is None else steady_tolerance, epochs)
         elif epochs is None:
             epochs = 2  # before the window rule: the old default of timed epochs
-        py = python or sys.executable
-        if not os.access(py, os.X_OK):
-            raise Fail(f"--python {py}: not an executable")
         on_gpu = [ld for ld in parse_names("--loaders", loaders, LOADERS) if ld in GPU_LOADERS]
         if on_gpu and runtime == "local" and detect_gpu() is None:  # through Docker, gpu_attach says it
             raise Fail(f"--loaders {','.join(on_gpu)}: {' and '.join(on_gpu)} decode on the GPU, and NVML finds no "
@@ -97,8 +90,8 @@ class DataloadConfig:
         cfg = cls(str(c), ddir, parse_names("--loaders", loaders, LOADERS),
                   check_workers("--workers", parse_ints("--workers", workers, 1, all_value=os.cpu_count() or 1)),
                   srcs, parse_names("--encoding", encodings, ENCODINGS),
-                  parse_ints("--side", sides, 32), runs, epochs, batch, limit, float(timeout or 1800), py, runtime,
-                  image_tag, float(read_mbps) if read_mbps is not None else None, window=window)
+                  parse_ints("--side", sides, 32), runs, epochs, batch, limit, launch.timeout_s, launch.python,
+                  launch.runtime, image_tag, float(read_mbps) if read_mbps is not None else None, window=window)
         cfg.read_cap()  # a data dir on no block device is refused here, before anything runs
         n = corpus_images(str(c), limit)
         if batch > n:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import Fail
-from ...run.config import check_timeout
+from ...run.config import DataLaunch
 from ..data.checks import check_corpus, check_workers, parse_ints, parse_names
 
 # The trial's vocabulary (trials/dataload/writers.py): the host never imports the trial.
@@ -34,24 +34,15 @@ class DatasizeConfig:
     def from_flags(cls, corpus: str, formats: str, encodings: str, sides: str, limit: int | None, workers: int,
                    timeout: float | None, python: str | None, runtime: str = "local",
                    image_tag: str = "ci") -> DatasizeConfig:
-        import os
-        import sys
-
-        if runtime not in ("local", "docker"):
-            raise Fail(f"--runtime must be local or docker (got {runtime!r})")
+        launch = DataLaunch.of("datasize", runtime, python, timeout)
         if limit is not None and limit <= 0:
             raise Fail(f"--limit must be > 0 (got {limit})")
         if workers <= 0:
             raise Fail(f"--workers must be > 0 (got {workers})")
         check_workers("--workers", (workers,))
-        if timeout is not None:  # nan, inf or a week and more: one line, before anything is written
-            check_timeout(timeout)
-        py = python or sys.executable
-        if not os.access(py, os.X_OK):
-            raise Fail(f"--python {py}: not an executable")
         return cls(str(check_corpus(corpus)), parse_names("--formats", formats, FORMATS),
                    parse_names("--encodings", encodings, ENCODINGS), parse_ints("--sides", sides, 32), limit, workers,
-                   float(timeout or 3600), py, runtime, image_tag)
+                   launch.timeout_s, launch.python, launch.runtime, image_tag)
 
     @classmethod
     def from_json(cls, r: dict[str, Any]) -> DatasizeConfig:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from ...reports.format import table
 from ..data.caveats import FFCV_PUBLISHED_GB, cell_caveats, partial_caveat
 from .config import IMAGENET_IMAGES
+from .results import cells
 from .table import FILE_RULES, rows, table_rows
 
 if TYPE_CHECKING:
@@ -17,7 +18,7 @@ def result_table(src: Source) -> list[str]:
     head, body = table_rows(src.doc)
     lines = table(head, body, right=set(range(2, len(head))))
     fmts = [f for f in dict.fromkeys(r["format"] for r in rows(src.doc)) if f in FILE_RULES]
-    writers = sorted({(c.get("size") or {}).get("write_workers") for c in src.doc["results"]} - {None})
+    writers = sorted({c.size.write_workers for c in cells(src.doc) if c.size} - {None})
     w = f" (W = {', '.join(map(str, writers))} here)" if "ffcv" in fmts and writers else ""
     lines += ["", "_ImageNet GB (file, extrapolated): " + "; ".join(f"{f}: {FILE_RULES[f]}" for f in fmts) + w
               + ". The measured bytes per image (payload, file) are the sample's own: a small sample's file bytes "

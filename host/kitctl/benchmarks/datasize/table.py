@@ -3,8 +3,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...core.typed import to_json
 from ..data.caveats import FFCV_PUBLISHED_GB
 from .config import IMAGENET_IMAGES
+from .results import cells
 
 # ffcv's DatasetWriter page: its default page_size, 4 × MIN_PAGE_SIZE (2 MiB), which trials/dataload/writers.py keeps.
 # The file is the header and per-image metadata padded to a page, then whole pages (each writer fills its own and
@@ -45,22 +47,22 @@ def imagenet_file_gb(fmt: str, s: dict[str, Any], imagenet: int = IMAGENET_IMAGE
 def rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     imagenet = doc["configuration"].get("imagenet_images", IMAGENET_IMAGES)
-    for c in doc["results"]:
-        s = c.get("size") or {}
-        gb = s.get("imagenet_equivalent_gb") or {}
+    for c in cells(doc):
+        s = c.size
+        gb = (s.imagenet_equivalent_gb if s else None) or {}
         # payload scales per image in every format; the file's overhead by the format's rule, not the
         # artifact's own file figure (file bytes per image × ImageNet: kept in the artifact as recorded)
-        out.append({"format": c["format"], "encoding": c["encoding"], "side": c["side"], "status": c["status"],
-                    "images": s.get("images"), "payload_b": s.get("payload_bytes_per_image"),
-                    "file_b": s.get("file_bytes_per_image"), "gb_payload": gb.get("payload"),
-                    "gb_file": imagenet_file_gb(c["format"], s, imagenet) if s else None,
-                    "ffcv_published_gb": FFCV_PUBLISHED_GB.get((c["encoding"], c["side"]))
-                    if c["format"] == "ffcv" else None, "error": c.get("error")})
+        out.append({"format": c.format, "encoding": c.encoding, "side": c.side, "status": c.status,
+                    "images": s.images if s else None, "payload_b": s.payload_bytes_per_image if s else None,
+                    "file_b": s.file_bytes_per_image if s else None, "gb_payload": gb.get("payload"),
+                    "gb_file": imagenet_file_gb(c.format, to_json(s), imagenet) if s else None,
+                    "ffcv_published_gb": FFCV_PUBLISHED_GB.get((c.encoding, c.side))
+                    if c.format == "ffcv" else None, "error": c.error})
     return out
 
 
 def all_ok(doc: dict[str, Any]) -> bool:
-    return bool(doc["results"]) and all(c["status"] == "ok" for c in doc["results"])
+    return bool(doc["results"]) and all(c.ok for c in cells(doc))
 
 
 def _n(x: Any, nd: int = 0) -> str:

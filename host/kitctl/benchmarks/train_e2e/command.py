@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..data import session as common
+from ...run.config import DEFAULT_TIMEOUTS_S
 from ...cli.options import O_CSV, O_JSON, O_PYTHON, O_RESULTS_DIR, O_RESUME_DATA, Context, Option, given_flags
 from ...core.loader_window import STEADY_TOLERANCE, WINDOW_IMAGES, WINDOW_SECONDS
 from .config import TrainE2EConfig
@@ -35,7 +36,8 @@ def train_e2e(
     corpus: str = Option("data/corpus", help="A corpus made by `kitctl data make`."),
     data_dir: Optional[str] = Option(None, help="Where datasets are written and reused (default: beside the corpus)."),
     limit: Optional[int] = Option(None, help="Only the first N corpus images (epochs repeat as training needs)."),
-    timeout: Optional[float] = Option(None, help="Seconds per run before the kit kills it (default 900)."),
+    timeout: Optional[float] = Option(None, help="Seconds per run before the kit kills it (default "
+                                                 f"{DEFAULT_TIMEOUTS_S['train-e2e']:.0f})."),
     python: Optional[str] = O_PYTHON,
     runtime: str = Option("local", help="local: a fresh process per run; docker: a fresh container of the "
                           "loader's image (kitctl/loader-torch:<tag>: synthetic, pytorch-dataloader, webdataset; "

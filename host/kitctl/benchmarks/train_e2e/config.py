@@ -3,7 +3,6 @@ from a partial's record for --resume through the same checks."""
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from ..data.images import loader_image, loader_runtime
 from ..data.loaders import GPU_LOADERS, LOADER_IMAGE, TORCH_IMAGES, TRAIN_LOADERS
 from ...core.gpu import detect_gpu
 from ...errors import Fail
-from ...run.config import check_counts, check_timeout
+from ...run.config import DataLaunch, check_counts
 from ...core.loader_window import STEADY_TOLERANCE, LoaderWindow
 
 # dali-gpu's batches stay in DALI's GPU tensors (no hand-off to torch in the trial yet)
@@ -64,8 +63,7 @@ class TrainE2EConfig:
                    steady_tolerance: float | None = None) -> TrainE2EConfig:
         """Without window_images and window_seconds (a partial recorded before the rule): the loader alone over
         whole epochs holding --steps batches, as it was measured."""
-        if runtime not in DEFAULT_LOADERS:
-            raise Fail(f"--runtime must be local or docker (got {runtime!r})")
+        launch = DataLaunch.of("train-e2e", runtime, python, timeout)
         given = bool(loaders)
         loaders = loaders or DEFAULT_LOADERS[runtime]
         for flag, v in (("--batch", batch), ("--warmup", warmup), ("--steps", steps), ("--runs", runs),
@@ -82,15 +80,10 @@ class TrainE2EConfig:
             raise Fail(f"--encoding: unknown {encoding!r} (known: {', '.join(ENCODINGS)})")
         if limit is not None and limit <= 0:
             raise Fail(f"--limit must be > 0 (got {limit})")
-        if timeout is not None:  # nan, inf or a week and more: one line, before anything is written
-            check_timeout(timeout)
         window = None
         if window_images is not None or window_seconds is not None:
             window = LoaderWindow.of(window_images, window_seconds,
                                      STEADY_TOLERANCE if steady_tolerance is None else steady_tolerance)
-        py = python or sys.executable
-        if not os.access(py, os.X_OK):
-            raise Fail(f"--python {py}: not an executable")
         names = parse_names("--loaders", loaders, LOADERS)
         names = ("synthetic",) + tuple(n for n in names if n != "synthetic")  # the upper bound always runs
         if runtime == "docker":
@@ -131,7 +124,7 @@ class TrainE2EConfig:
                        "--batch, or make a larger corpus")
         cfg = cls(str(c), str(Path(data_dir).expanduser().resolve()) if data_dir else str(c.parent / "datasets"),
                   names, model_names, precision, device, ws[0], encoding, int(side), batch, warmup, steps, runs,
-                  limit, float(timeout or 900), py, runtime, image_tag, window=window)
+                  limit, launch.timeout_s, launch.python, launch.runtime, image_tag, window=window)
         check_data_dir(cfg.data_dir, cfg.corpus, cfg.limit, cfg.datasets())
         return cfg
 
