@@ -18,12 +18,10 @@ from ..core.engines import MODEL_MIN_BATCH, parse_engines
 from ..errors import Fail
 
 
+# The engine benchmarks' default --timeout for one candidate or run; each data benchmark declares its own
+# (its config's DEFAULT_TIMEOUT_S: a dataset written, a window of epochs), docs/running.md's defaults table
+# states them all and tests/test_data_flags.py holds it to them.
 DEFAULT_TIMEOUT_S = 900.0
-# Each benchmark's default --timeout for one unit of work, in one place (docs/running.md, "Defaults"): an engine
-# candidate or throughput run, a dataset written (datasize: every format of the corpus), a loader run over its
-# window, a train-e2e run. The data benchmarks' units are longer: a write of a whole corpus, a window of epochs.
-DEFAULT_TIMEOUTS_S = {"maxbatch": DEFAULT_TIMEOUT_S, "throughput": DEFAULT_TIMEOUT_S, "datasize": 3600.0,
-                      "dataload": 1800.0, "train-e2e": 900.0}
 # The runtimes a data benchmark's trials run in (the engine benchmarks also take auto and ray: RuntimeName).
 DATA_RUNTIMES = ("local", "docker")
 # Sane bounds, checked before anything is written (a run's and a resumed partial's alike).
@@ -211,13 +209,13 @@ def engine_names(engines: str) -> list[str]:
 class DataLaunch:
     """How a data benchmark (datasize, dataload, train-e2e) starts its trials, checked once for all three:
     `--runtime` (local or docker), `--python` (an executable; default this interpreter) and `--timeout` (finite,
-    > 0, at most a week; default DEFAULT_TIMEOUTS_S[benchmark])."""
+    > 0, at most a week; default the benchmark's own)."""
     runtime: str
     python: str
     timeout_s: float
 
     @classmethod
-    def of(cls, benchmark: str, runtime: str, python: str | None, timeout: float | None) -> DataLaunch:
+    def of(cls, runtime: str, python: str | None, timeout: float | None, default_timeout_s: float) -> DataLaunch:
         if runtime not in DATA_RUNTIMES:
             raise Fail(f"--runtime must be {' or '.join(DATA_RUNTIMES)} (got {runtime!r})")
         if timeout is not None:  # nan, inf or a week and more: one line, before anything is written
@@ -225,7 +223,7 @@ class DataLaunch:
         py = python or sys.executable
         if not os.access(py, os.X_OK):
             raise Fail(f"--python {py}: not an executable")
-        return cls(runtime, py, DEFAULT_TIMEOUTS_S[benchmark] if timeout is None else float(timeout))
+        return cls(runtime, py, default_timeout_s if timeout is None else float(timeout))
 
 
 def check_timeout(timeout: float) -> None:

@@ -6,8 +6,7 @@ from typing import Optional
 
 from ...cli.options import O_CSV, O_JSON, O_PYTHON, O_RESULTS_DIR, O_RESUME_DATA, Context, Option, given_flags
 from ..data import session as common
-from ...run.config import DEFAULT_TIMEOUTS_S
-from .config import DataloadConfig
+from .config import DEFAULT_TIMEOUT_S, DataloadConfig
 from ...core.loader_window import STEADY_TOLERANCE, WINDOW_IMAGES, WINDOW_SECONDS
 
 
@@ -33,7 +32,7 @@ def dataload(
     data_dir: Optional[str] = Option(None, help="Where datasets are written and reused (default: beside the corpus)."),
     limit: Optional[int] = Option(None, help="Only the first N corpus images."),
     timeout: Optional[float] = Option(None, help="Seconds per run before the kit kills it (default "
-                                                 f"{DEFAULT_TIMEOUTS_S['dataload']:.0f})."),
+                                                 f"{DEFAULT_TIMEOUT_S:.0f})."),
     python: Optional[str] = O_PYTHON,
     runtime: str = Option("local", help="local: a fresh process per run; docker: a fresh container of the "
                           "loader's image (kitctl/loader-torch:<tag>: pytorch-dataloader, webdataset, "

@@ -22,6 +22,8 @@ SOURCES = ("ram", "cold")
 CI_LEVEL = 0.95
 
 
+DEFAULT_TIMEOUT_S = 1800.0  # --timeout's default: a loader run: a warm-up epoch and a window of epochs
+
 @dataclass(frozen=True)
 class DataloadConfig:
     corpus: str
@@ -53,7 +55,7 @@ class DataloadConfig:
         epochs, as it was measured."""
         from ..data.images import serving_builds
 
-        launch = DataLaunch.of("dataload", runtime, python, timeout)
+        launch = DataLaunch.of(runtime, python, timeout, DEFAULT_TIMEOUT_S)
         if runtime == "docker":  # a loader the tag's build does not serve (GPU loader, CPU build): one line, now
             serving_builds(parse_names("--loaders", loaders, LOADERS), image_tag)
         for flag, v in (("--runs", runs), ("--epochs", epochs), ("--batch", batch)):

@@ -6,8 +6,7 @@ from typing import Optional
 
 from ...cli.options import O_CSV, O_JSON, O_PYTHON, O_RESULTS_DIR, O_RESUME_DATA, Context, Option, given_flags
 from ..data import session as common
-from ...run.config import DEFAULT_TIMEOUTS_S
-from .config import SIDES, DatasizeConfig
+from .config import DEFAULT_TIMEOUT_S, SIDES, DatasizeConfig
 
 
 def datasize(
@@ -19,7 +18,7 @@ def datasize(
     limit: Optional[int] = Option(None, help="Only the first N corpus images (bytes/image is an average)."),
     workers: int = Option(4, help="Writer processes."),
     timeout: Optional[float] = Option(None, help="Seconds per dataset before the kit kills it (default "
-                                                 f"{DEFAULT_TIMEOUTS_S['datasize']:.0f})."),
+                                                 f"{DEFAULT_TIMEOUT_S:.0f})."),
     python: Optional[str] = O_PYTHON,
     runtime: str = Option("local", help="local: a fresh process per dataset; docker: a fresh container of the "
                           "format's writer image (kitctl/loader-torch:<tag>: folder, webdataset; "

@@ -17,6 +17,8 @@ MIX_COMPRESS_PROBABILITY = 0.75  # recorded; the writer's own constant is the on
 IMAGENET_IMAGES = 1_281_167  # ImageNet-1k's training images: what "ImageNet-equivalent" scales to (recorded)
 
 
+DEFAULT_TIMEOUT_S = 3600.0  # --timeout's default: one dataset written from the whole corpus
+
 @dataclass(frozen=True)
 class DatasizeConfig:
     corpus: str
@@ -34,7 +36,7 @@ class DatasizeConfig:
     def from_flags(cls, corpus: str, formats: str, encodings: str, sides: str, limit: int | None, workers: int,
                    timeout: float | None, python: str | None, runtime: str = "local",
                    image_tag: str = "ci") -> DatasizeConfig:
-        launch = DataLaunch.of("datasize", runtime, python, timeout)
+        launch = DataLaunch.of(runtime, python, timeout, DEFAULT_TIMEOUT_S)
         if limit is not None and limit <= 0:
             raise Fail(f"--limit must be > 0 (got {limit})")
         if workers <= 0:

@@ -5,10 +5,9 @@ from pathlib import Path
 from typing import Optional
 
 from ..data import session as common
-from ...run.config import DEFAULT_TIMEOUTS_S
 from ...cli.options import O_CSV, O_JSON, O_PYTHON, O_RESULTS_DIR, O_RESUME_DATA, Context, Option, given_flags
 from ...core.loader_window import STEADY_TOLERANCE, WINDOW_IMAGES, WINDOW_SECONDS
-from .config import TrainE2EConfig
+from .config import DEFAULT_TIMEOUT_S, TrainE2EConfig
 
 
 def train_e2e(
@@ -37,7 +36,7 @@ def train_e2e(
     data_dir: Optional[str] = Option(None, help="Where datasets are written and reused (default: beside the corpus)."),
     limit: Optional[int] = Option(None, help="Only the first N corpus images (epochs repeat as training needs)."),
     timeout: Optional[float] = Option(None, help="Seconds per run before the kit kills it (default "
-                                                 f"{DEFAULT_TIMEOUTS_S['train-e2e']:.0f})."),
+                                                 f"{DEFAULT_TIMEOUT_S:.0f})."),
     python: Optional[str] = O_PYTHON,
     runtime: str = Option("local", help="local: a fresh process per run; docker: a fresh container of the "
                           "loader's image (kitctl/loader-torch:<tag>: synthetic, pytorch-dataloader, webdataset; "

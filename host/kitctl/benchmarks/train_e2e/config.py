@@ -32,6 +32,8 @@ DEFAULT_LOADERS = {"local": "pytorch-dataloader,webdataset,ffcv,pytorch-nvjpeg",
                    "docker": "pytorch-dataloader,webdataset,ffcv"}
 
 
+DEFAULT_TIMEOUT_S = 900.0  # --timeout's default: a training run: the loader alone, then the timed steps
+
 @dataclass(frozen=True)
 class TrainE2EConfig:
     corpus: str
@@ -63,7 +65,7 @@ class TrainE2EConfig:
                    steady_tolerance: float | None = None) -> TrainE2EConfig:
         """Without window_images and window_seconds (a partial recorded before the rule): the loader alone over
         whole epochs holding --steps batches, as it was measured."""
-        launch = DataLaunch.of("train-e2e", runtime, python, timeout)
+        launch = DataLaunch.of(runtime, python, timeout, DEFAULT_TIMEOUT_S)
         given = bool(loaders)
         loaders = loaders or DEFAULT_LOADERS[runtime]
         for flag, v in (("--batch", batch), ("--warmup", warmup), ("--steps", steps), ("--runs", runs),
