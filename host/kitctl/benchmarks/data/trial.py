@@ -6,6 +6,7 @@ into a TrialRun."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,8 +157,6 @@ def _spec(where: Where, image: str, argv: list[str], what: str, *, mounts: tuple
 
 
 def _caller() -> str:
-    import os
-
     return f"{os.getuid()}:{os.getgid()}"
 
 
