@@ -107,15 +107,16 @@ def pairs(docs: list[tuple[str, dict[str, Any]]]) -> list[Pair]:
     """Every (dataload cell, train-e2e loader alone) pair of the named documents with the same loader, encoding,
     side, workers and batch on the same kind of machine."""
     out = []
+    alone_of = [(ename, machine(e), loader_alone_cells(e)) for ename, e in docs]
     for dname, d in docs:
-        load = dataload_cells(d)
-        for ename, e in docs:
-            if machine(d) != machine(e):
+        load, where = dataload_cells(d), machine(d)
+        for ename, e_machine, alone_cells in alone_of:
+            if where != e_machine:
                 continue
-            for key, (alone, n_alone) in loader_alone_cells(e).items():
+            for key, (alone, n_alone) in alone_cells.items():
                 if key in load:
                     med, n = load[key]
-                    out.append(Pair(*key, machine(d), Figure(med, n, dname), Figure(alone, n_alone, ename)))
+                    out.append(Pair(*key, where, Figure(med, n, dname), Figure(alone, n_alone, ename)))
     return out
 
 

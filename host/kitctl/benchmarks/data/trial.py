@@ -143,16 +143,14 @@ def _spec(where: Where, image: str, argv: list[str], what: str, *, mounts: tuple
     """A data trial as a unit of work. Locally: `python trial.py argv` with CUDA limited to the recorded GPU (if
     any). In a container of `image`: the mounts, `user`, the GPU attached only for a GPU loader with a recorded
     request, reads capped by `read_cap` when asked."""
-    docker = where.runtime == "docker"
-    if docker:
+    # The local runtime runs `program` and ignores the container's parts (image, mounts, user, read caps).
+    if where.runtime == "docker":
         device = "cuda" if gpu and where.gpu_request else None
     else:
         device = "cuda" if where.gpu_uuid else None
-    caps = ((ReadLimit(where.read_cap.device, where.read_cap.bytes_per_s),)
-            if docker and read_limit and where.read_cap else ())
-    return TrialSpec(program=(where.python, str(trial_path())), argv=tuple(argv), image=image if docker else "",
-                     mounts=mounts if docker else (), device=device, user=user if docker else None,
-                     read_limits=caps, labels=(("kit.benchmark", benchmark),),
+    caps = (ReadLimit(where.read_cap.device, where.read_cap.bytes_per_s),) if read_limit and where.read_cap else ()
+    return TrialSpec(program=(where.python, str(trial_path())), argv=tuple(argv), image=image, mounts=mounts,
+                     device=device, user=user, read_limits=caps, labels=(("kit.benchmark", benchmark),),
                      record=Record(what=what))
 
 

@@ -3,16 +3,10 @@ dataset (`DatasetSize`). The run writes them, the end table and the report read 
 and from the artifact's JSON, and tests/test_typed_results.py checks them against the JSON Schema."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ...core.typed import from_json
-
-# What the trial measured of one dataset, in the artifact's order.
-SIZE_KEYS = ("images", "jpeg_images", "payload_bytes", "file_bytes", "files", "payload_bytes_per_image",
-             "file_bytes_per_image", "imagenet_equivalent_gb", "write_seconds", "write_workers", "compress_probability",
-             "jpeg_quality", "write_mode")
-
 
 @dataclass(frozen=True)
 class DatasetSize:
@@ -38,6 +32,10 @@ class DatasetSize:
     def of_result(cls, result: dict[str, Any]) -> DatasetSize:
         """From the trial's result line (the keys SIZE_KEYS names, absent ones null)."""
         return from_json(cls, {k: result.get(k) for k in SIZE_KEYS})
+
+
+# What the trial measured of one dataset, in the artifact's order: the record's fields.
+SIZE_KEYS = tuple(f.name for f in fields(DatasetSize) if f.name != "extra")
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,9 @@ from .results import DatasetSize, DatasizeCell, cells
 
 def run(cfg: DatasizeConfig, store, doc: dict[str, Any], note: Callable[[str], None]) -> None:
     # A resumed run keeps what finished (as recorded) and runs the rest (a failed unit again).
-    doc["results"] = [c for c, typed in zip(doc["results"], cells(doc)) if typed.ok]
-    done = {c.key for c in cells(doc)}
+    recorded = cells(doc)
+    doc["results"] = [c for c, typed in zip(doc["results"], recorded) if typed.ok]
+    done = {typed.key for typed in recorded if typed.ok}
     where = Where(cfg.runtime, cfg.python, cfg.image_tag, doc["run_id"])
     for fmt, enc, side in cfg.units():
         if (fmt, enc, side) in done:
