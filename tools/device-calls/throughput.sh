@@ -9,9 +9,12 @@
 #   compile32  pytorch-compile-graphs, pytorch-compile at 32x32, batch 128 (COMPILE_RUNS, default 3)
 #   img224     IMG_ENGINES (default pytorch-cudagraph,jax-xla) at 224x224, batch IMG_BATCH (default 256),
 #              IMG_RUNS runs (default 3)
-#   resume     RESUME=<partial> --resume it on GPU 0 (a fresh machine is another card of the same kind)
+#   resume     RESUME="<partial>..." --resume each on GPU 0 (a fresh machine is another card of the same kind)
 #   old50      jax-xla fp32 with the old fixed window (--warmup-steps 10 --steps 50), RUNS runs: the same
 #              call measures what the window rule replaced
+#   opennn     build the OpenNN trial (tools/device-opennn-build.sh; carry .opennn-src) unless build/opennn
+#              was carried, and pack it into $OUT/opennn-build.tgz for the next call (unpack it here, carry
+#              build/opennn); then opennn-graph, opennn-resident at 32x32, batch 128, RUNS runs
 set -u
 LIMIT=${CALL_LIMIT_S:-585}
 cd "$(dirname "$0")/../.."; . tools/device-calls/lib.sh
@@ -38,7 +41,16 @@ for step in "$@"; do
     compile32) tp --engines pytorch-compile-graphs,pytorch-compile --runs "${COMPILE_RUNS:-3}" ;;
     img224) tp --engines "${IMG_ENGINES:-pytorch-cudagraph,jax-xla}" --runs "${IMG_RUNS:-3}" --image-size 224 \
               --batch "${IMG_BATCH:-256}" ;;
-    resume) kit run throughput --resume "${RESUME:?RESUME=<partial>}" --gpu 0 ;;  # another machine: another UUID
+    resume) for partial in ${RESUME:?RESUME=<partial> [<partial>...]}; do  # another machine: another UUID
+              kit run throughput --resume "$partial" --gpu 0; done ;;
+    opennn)
+      if [[ -x build/opennn/bin/kit-opennn-trial ]]; then say "OpenNN trial carried: $(head -c 300 build/opennn/share/kit-opennn/build-info.json | tr -d '\n')"
+      else
+        say "build OpenNN"
+        tools/device-opennn-build.sh >"$OUT/opennn-build.log" 2>&1 || { tail -30 "$OUT/opennn-build.log"; say "BUILD FAILED"; continue; }
+        tail -3 "$OUT/opennn-build.log"; tar czf "$OUT/opennn-build.tgz" build/opennn; ls -la "$OUT/opennn-build.tgz"
+      fi
+      tp --engines opennn-graph,opennn-resident --runs "$RUNS" --batch 128 ;;
     old50) kit run throughput --runtime local --engines jax-xla --precision fp32 --runs "$RUNS" --warmup-steps 10 --steps 50 ;;
     *) say "unknown step $step" ;;
   esac
