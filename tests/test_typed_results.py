@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kitctl.benchmarks.datasize.results import SIZE_KEYS, DatasetSize, DatasizeCell, cells
-from kitctl.core.typed import RecordError, from_json, to_json
+from kitctl.core.typed import RecordError, from_json, record_fields, to_json
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = sorted((ROOT / "results" / "reference").glob("datasize-*.json"))
@@ -18,7 +18,7 @@ SCHEMA = json.loads((ROOT / "host" / "kitctl" / "schema" / "artifact.schema.json
 
 
 def fields(cls) -> dict[str, dataclasses.Field]:
-    return {f.name: f for f in dataclasses.fields(cls) if f.name != "extra"}
+    return {f.name: f for f in record_fields(cls)}
 
 
 def test_every_committed_datasize_cell_reads_and_writes_back_unchanged():
@@ -55,3 +55,16 @@ def test_a_recorded_object_is_read_tolerantly_and_refused_clearly():
         from_json(DatasizeCell, {"format": "ffcv", "encoding": "jpeg90", "status": "ok"})
     with pytest.raises(RecordError, match="expected an object"):
         from_json(DatasizeCell, [1])
+
+
+def test_an_older_record_writes_back_as_it_was_recorded():
+    """A key the older kitctl did not write stays absent, the recorded order is kept, and a field set after reading
+    is written even where it was absent."""
+    raw = {"status": "ok", "side": 256, "format": "ffcv", "encoding": "raw"}  # another order, most fields absent
+    c = from_json(DatasizeCell, raw)
+    assert c.stderr_tail == "" and to_json(c) == raw and list(to_json(c)) == list(raw)
+    changed = dataclasses.replace(c, error="late")
+    assert to_json(changed) == {**raw, "error": "late"}
+    made = DatasizeCell(format="ffcv", encoding="raw", side=256, status="ok")  # made here: every field, declared order
+    assert list(to_json(made))[:5] == ["format", "encoding", "side", "status", "exit_code"]
+    assert made == c  # what was recorded is not part of a record's value

@@ -1,31 +1,44 @@
 """Typed records of an artifact: a frozen dataclass per record (a benchmark's cell, its runs, their parts) with one
 generic way to and from the JSON the artifact holds.
 
-`to_json` writes a record's fields in their declared order (the artifact's key order), nested records and tuples
-as objects and lists. `from_json` reads any recorded version tolerantly: a field the record lacks (an artifact from
-before it existed) takes its default, a key the type does not know is kept aside in `extra` (when the type has
-that field) and written back after the known ones, so a record read and written again is unchanged.
+A record type derives from `Record`. `to_json` writes a new record's fields in their declared order (the artifact's
+key order), nested records and tuples as objects and lists. `from_json` reads any recorded version tolerantly: a
+field the record lacks (an artifact from before it existed) takes its default and stays absent when written back,
+a key the type does not know is kept aside in `extra`, and the recorded key order is kept, so a record read and
+written again is unchanged, whatever kitctl wrote it.
 """
 from __future__ import annotations
 
 import dataclasses
 import types
 import typing
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 T = TypeVar("T")
-EXTRA = "extra"  # a record's field for the keys its type does not know (written back last)
+_OWN = ("extra", "recorded_keys")  # Record's own fields: not JSON keys of the record
+
+
+@dataclass(frozen=True)
+class Record:
+    """The base of a typed record. Keyword-only, so a subclass declares its fields in the artifact's order, required
+    ones first."""
+    # Keys the type does not know (a later kitctl's), written back after the known ones.
+    extra: dict[str, Any] = field(default_factory=dict, kw_only=True, repr=False)
+    # The keys as they were recorded, in their order (empty: a record made here, not read).
+    recorded_keys: tuple[str, ...] = field(default=(), kw_only=True, repr=False, compare=False)
+
+
+def record_fields(cls_or_obj: Any) -> tuple[dataclasses.Field, ...]:
+    """A record's JSON fields, in declared order (without Record's own)."""
+    return tuple(f for f in dataclasses.fields(cls_or_obj) if f.name not in _OWN)
 
 
 def to_json(obj: Any) -> Any:
+    if isinstance(obj, Record):
+        return _record_json(obj)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        out: dict[str, Any] = {}
-        for f in dataclasses.fields(obj):
-            if f.name == EXTRA:
-                continue
-            out[f.name] = to_json(getattr(obj, f.name))
-        out.update(getattr(obj, EXTRA, None) or {})
-        return out
+        return {f.name: to_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, (list, tuple)):
         return [to_json(x) for x in obj]
     if isinstance(obj, dict):
@@ -33,24 +46,51 @@ def to_json(obj: Any) -> Any:
     return obj
 
 
+def _record_json(obj: Record) -> dict[str, Any]:
+    known = {f.name: f for f in record_fields(obj)}
+    recorded = set(obj.recorded_keys)
+    out: dict[str, Any] = {}
+    for k in obj.recorded_keys:  # a record read from JSON: its keys in their order
+        if k in known:
+            out[k] = to_json(getattr(obj, k))
+        elif k in obj.extra:
+            out[k] = obj.extra[k]
+    for name, f in known.items():
+        if name in out:
+            continue
+        value = getattr(obj, name)
+        if obj.recorded_keys and name not in recorded and value == _default(f):
+            continue  # absent where it was read, and still its default: absent again
+        out[name] = to_json(value)
+    for k, v in obj.extra.items():
+        out.setdefault(k, v)
+    return out
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
 def from_json(cls: type[T], data: Any) -> T:
-    """A record of type `cls` from its JSON object (RecordError where it is not an object or lacks a field with no
-    default)."""
+    """A record of type `cls` (a Record) from its JSON object (RecordError where it is not an object or lacks a field
+    with no default)."""
     if not isinstance(data, dict):
         raise RecordError(f"{cls.__name__}: expected an object, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
-    known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        if f.name == EXTRA:
-            continue
+    fields = record_fields(cls)
+    for f in fields:
         if f.name in data:
             kwargs[f.name] = _value(hints[f.name], data[f.name])
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+        elif _default(f) is dataclasses.MISSING:
             raise RecordError(f"{cls.__name__}: {f.name} is missing")
-    if EXTRA in known:
-        kwargs[EXTRA] = {k: v for k, v in data.items() if k not in known or k == EXTRA}
-    return cls(**kwargs)
+    known = {f.name for f in fields}
+    return cls(**kwargs, extra={k: v for k, v in data.items() if k not in known},  # type: ignore[call-arg]
+               recorded_keys=tuple(data))
 
 
 class RecordError(ValueError):
@@ -58,11 +98,12 @@ class RecordError(ValueError):
 
 
 def _value(hint: Any, v: Any) -> Any:
-    """`v` as the annotated type: a nested record from its object, a tuple from a list; anything else as is."""
+    """`v` as the annotated type: a nested record from its object, a tuple of them from a list; anything else as
+    is."""
     if v is None:
         return None
     for t in _members(hint):
-        if dataclasses.is_dataclass(t) and isinstance(v, dict):
+        if isinstance(t, type) and issubclass(t, Record) and isinstance(v, dict):
             return from_json(t, v)
         if typing.get_origin(t) is tuple and isinstance(v, list):
             args = typing.get_args(t)

@@ -3,13 +3,13 @@ dataset (`DatasetSize`). The run writes them, the end table and the report read 
 and from the artifact's JSON, and tests/test_typed_results.py checks them against the JSON Schema."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from typing import Any
 
-from ...core.typed import from_json
+from ...core.typed import Record, from_json, record_fields
 
 @dataclass(frozen=True)
-class DatasetSize:
+class DatasetSize(Record):
     """One written dataset: its images (and of them JPEGs), payload and file bytes (per image too), the
     ImageNet-sized extrapolation the trial made (payload and file GB), how long the write took and how it was
     written (workers, compress probability, JPEG quality, ffcv's write mode)."""
@@ -26,7 +26,6 @@ class DatasetSize:
     compress_probability: float | None = None
     jpeg_quality: int | None = None
     write_mode: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def of_result(cls, result: dict[str, Any]) -> DatasetSize:
@@ -35,11 +34,11 @@ class DatasetSize:
 
 
 # What the trial measured of one dataset, in the artifact's order: the record's fields.
-SIZE_KEYS = tuple(f.name for f in fields(DatasetSize) if f.name != "extra")
+SIZE_KEYS = tuple(f.name for f in record_fields(DatasetSize))
 
 
 @dataclass(frozen=True)
-class DatasizeCell:
+class DatasizeCell(Record):
     """One format × encoding × max side: how its trial ended (status, exit code, seconds, error, stderr's tail),
     what it measured (None where it failed) and the versions of what wrote it."""
     format: str
@@ -52,7 +51,6 @@ class DatasizeCell:
     stderr_tail: str = ""
     size: DatasetSize | None = None
     versions: dict[str, Any] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, str, int]:
