@@ -92,6 +92,17 @@ def test_no_string_key_configuration_reads_in_the_host_package():
     assert hits == []
 
 
+def test_only_core_recorded_reads_the_recorded_configuration():
+    """Every reader goes through core/recorded's views (`view`, `RecordedConfig.of_doc`), the strict resume
+    rebuild through its `configuration`; writing the key (a new document, a resume's update) is allowed."""
+    pat = re.compile(r"\[\s*[\"']configuration[\"']\s*\](?!\s*=[^=])|\.get\(\s*[\"']configuration[\"']")
+    hits = [f"{p.relative_to(HOST)}:{n}: {line.strip()}" for p in _py_files() if p.relative_to(HOST).as_posix() != "core/recorded.py"
+            for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if pat.search(line)]
+    assert hits == []
+    assert pat.search('x = doc["configuration"]["batch"]') and pat.search("doc.get('configuration')")
+    assert not pat.search('doc["configuration"] = new')
+
+
 def test_outside_the_benchmarks_no_module_names_a_benchmark():
     # core/engines.py says which benchmarks an engine runs; reports/reference.py which benchmark the
     # reference runner's files hold. Everything else reaches benchmarks through the registry.

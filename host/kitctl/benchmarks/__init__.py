@@ -5,7 +5,7 @@ A benchmark (`kitctl/benchmarks/<name>/`) owns everything that is its own:
 - `config.py`  its typed configuration: a frozen dataclass built and checked ONCE from the flags
                (`from_flags(...)`, bad input raises `kitctl.errors.Fail`: one line, exit 2), written
                into the artifact's "configuration" (`to_json()`) and read back for `--resume`
-               (`from_json(doc["configuration"])`, the same checks again). The artifact's JSON keys
+               (`from_json(core.recorded.configuration(doc))`, the same checks again). The artifact's JSON keys
                are the contract; nothing else passes string keys around. Beside it, optional, a
                tolerant read-only view of its own recorded keys for reports (`Benchmark.recorded`,
                e.g. `MaxbatchRecorded`; read by `kitctl.core.recorded.read_view`).

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .recorded import view
+
 # A quarter of the available RAM leaves the host (and its other users) the rest; the ceiling keeps
 # a first CPU search short: ResNet-50 at 32 px needs ~3.4 MiB per sample on the CPU, so 2,048 MiB
 # bounds it near batch 500 (about a dozen candidates).
@@ -142,17 +144,25 @@ def _cpu(requested: str, reason: str, memory_limit: int | None) -> DeviceChoice:
     return DeviceChoice(requested, "cpu", reason, cap, how)
 
 
+@dataclass(frozen=True)
+class _Ran:
+    """What an artifact's configuration says of where it ran."""
+    device: Any = "?"
+    device_choice: Any = None
+    memory_limit_mib: Any = None
+
+
 def recorded_line(doc: dict[str, Any]) -> str:
     """"ran on: cpu (auto: no usable GPU: …); memory cap 2,048 MiB …" from an artifact, for its table."""
-    conf = doc.get("configuration") or {}
-    choice = conf.get("device_choice") or {}
-    device = conf.get("device", "?")
+    conf = view(_Ran, doc)
+    choice = conf.device_choice or {}
+    device = conf.device
     text = f"ran on: {device}"
     if choice.get("reason"):
         asked = choice.get("requested")
         text += f" ({'auto' if asked == 'auto' else f'--device {asked}'}: {choice['reason']})"
-    if device == "cpu" and conf.get("memory_limit_mib") is not None:
-        text += f"; memory cap {conf['memory_limit_mib']:,} MiB per candidate"
+    if device == "cpu" and conf.memory_limit_mib is not None:
+        text += f"; memory cap {conf.memory_limit_mib:,} MiB per candidate"
         if choice.get("memory_limit_source"):
             text += f" ({choice['memory_limit_source']})"
     elif device == "cuda":

@@ -7,8 +7,9 @@ odd but schema-valid values; the renderers decide what to print for those. So th
 recorded value exactly as written (a missing key → the field's default) and never checks or
 converts it (a list stays the recorded list: the report prints what was recorded).
 
-`read_view` is the ONE place that reads the raw "configuration" mapping by its string keys: a view
-is a frozen dataclass whose field names are the JSON keys. `RecordedConfig` holds the keys every
+This module is the ONE place that reads an artifact's "configuration" (tests/test_recorded.py): `view` (a frozen
+dataclass whose field names are the JSON keys, read by `read_view`) for every reader, `configuration` (the raw
+mapping) only for the strict rebuild of a partial's run configuration on `--resume`. `RecordedConfig` holds the keys every
 training benchmark writes (`kitctl.run.config.RunConfig.json_head`) and, in `own`, the benchmark's
 own keys as the benchmark's own view type (`Benchmark.recorded`, e.g. max-batch's start/max batch).
 """
@@ -20,6 +21,16 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 V = TypeVar("V")
+
+
+def configuration(doc: Mapping[str, Any]) -> Any:
+    """The raw recorded configuration (None if absent): for `--resume`, whose strict `from_json` checks it."""
+    return doc.get("configuration")
+
+
+def view(cls: type[V], doc: Mapping[str, Any]) -> V:
+    """`cls`, a view of an artifact's recorded configuration (`read_view`)."""
+    return read_view(cls, configuration(doc))
 
 
 def read_view(cls: type[V], raw: Mapping[str, Any] | None) -> V:
@@ -60,8 +71,14 @@ class RecordedConfig:
     loss: Any = "?"
     input: Any = "?"  # noqa: A003  (the JSON key)
     gpu_request: Any = None
+    device_choice: Any = None  # how --device was decided (core/device.py)
     # The benchmark's own recorded keys, as its `Benchmark.recorded` view type (None: it has none).
     own: Any = dataclasses.field(default=None, metadata={"recorded": False})
+
+    @classmethod
+    def of_doc(cls, doc: Mapping[str, Any], own: type | None = None) -> RecordedConfig:
+        """The view of an artifact's configuration, with its benchmark's own keys as `own` (None: none)."""
+        return cls.of(configuration(doc), own)
 
     @classmethod
     def of(cls, raw: Mapping[str, Any] | None, own: type | None = None) -> RecordedConfig:

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .. import benchmarks
 from . import reference
 from ..core.artifact import ArtifactError
+from ..core.recorded import view
 from .sources import KITCTL, Source
 from ..core.tables import engine_label, intervals_overlap
 
@@ -152,7 +153,7 @@ def run_versions(doc: dict[str, Any]) -> dict[str, str]:
 
 def data_context(old: Source, new: Source) -> list[str]:
     """A data benchmark's runtime or package versions differ: still the same measurement, worth knowing."""
-    ort, nrt = old.doc["configuration"].get("runtime", "local"), new.doc["configuration"].get("runtime", "local")
+    ort, nrt = (view(_Runtime, s.doc).runtime for s in (old, new))
     ov, nv = run_versions(old.doc), run_versions(new.doc)
     return ([f"runtime ({ort} vs {nrt})"] if ort != nrt else []) + \
         [f"{k} ({ov[k]} vs {nv[k]})" for k in ov if k in nv and ov[k] != nv[k]]
@@ -223,17 +224,27 @@ def _context(old: Source, new: Source) -> list[str]:
     return diffs
 
 
+@dataclass(frozen=True)
+class _Runtime:
+    runtime: Any = "local"  # a data benchmark's runtime (older artifacts: local)
+
+
 # Settings that leave the measurement the same kind but may move its figures: the search strategy (the
 # boundary it resolves is the same by construction, the candidates it tried are not), the seed, and
-# the corpus a data benchmark read (its path; its seed where recorded).
-_CONTEXT_SETTINGS = ("strategy", "seed", "corpus", "corpus_seed")
+# the corpus a data benchmark read (its path; its seed where recorded). Named in this order.
+@dataclass(frozen=True)
+class _Context:
+    strategy: Any = None
+    seed: Any = None
+    corpus: Any = None
+    corpus_seed: Any = None
 
 
 def _provenance_diffs(old: Source, new: Source) -> list[str]:
     """The kit's commit (and whether its tree was edited) and the settings above, where they differ."""
-    oc, nc = old.doc.get("configuration") or {}, new.doc.get("configuration") or {}
-    out = [f"{k} ({oc[k]} vs {nc[k]})" for k in _CONTEXT_SETTINGS
-           if oc.get(k) is not None and nc.get(k) is not None and oc[k] != nc[k]]
+    oc, nc = view(_Context, old.doc), view(_Context, new.doc)
+    pairs = [(f.name, getattr(oc, f.name), getattr(nc, f.name)) for f in fields(_Context)]
+    out = [f"{k} ({o} vs {n})" for k, o, n in pairs if o is not None and n is not None and o != n]
 
     def commit(doc: dict[str, Any]) -> str | None:
         kit = doc.get("kit") or {}

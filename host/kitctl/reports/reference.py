@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.engines import ENGINES
-from ..core.recorded import read_view
+from ..core.recorded import view
 from ..benchmarks.maxbatch.table import CAPACITY_STATUSES, UNCLASSIFIED_NEXT, Row, TrialPoint, result_text
 
 BENCHMARK_ID = "gpu-resnet50-max-batch"
@@ -66,7 +66,7 @@ class StatedFigure:
 @dataclass(frozen=True)
 class ReferenceConfig:
     """The reference file's `configuration`, read-only: each key as written, a missing one the default
-    its readers print (read through `kitctl.core.recorded.read_view`, the one raw reader)."""
+    its readers print (read through `kitctl.core.recorded.view`, the one raw reader)."""
 
     precision: Any = None  # the older flat layout's one precision
     max_batch_limit: Any = None
@@ -80,7 +80,7 @@ class ReferenceConfig:
 
 
 def config(doc: dict[str, Any]) -> ReferenceConfig:
-    return read_view(ReferenceConfig, doc.get("configuration"))
+    return view(ReferenceConfig, doc)
 
 
 def is_reference(doc: Any) -> bool:

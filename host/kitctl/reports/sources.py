@@ -152,7 +152,7 @@ def _from_kitctl(path: Path, doc: dict[str, Any]) -> Source:
     bench = benchmarks.get(src.benchmark)
     if bench is None:  # the schema names every benchmark; one it names that this kitctl lacks
         raise ArtifactError(f"{path}: benchmark {src.benchmark!r} is not one this kitctl knows")
-    src.config = RecordedConfig.of(doc["configuration"], bench.recorded)
+    src.config = RecordedConfig.of_doc(doc, bench.recorded)
     if bench.load_rows is not None:
         bench.load_rows(src, doc)
     return src

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.engines import EngineError
+from ..core.recorded import configuration
 from ..core.provenance import HOST_CODE, changed_files, code_hash, kit_info, trial_code, trial_paths
 from ..errors import Fail
 
@@ -21,7 +22,7 @@ def check_resumed(config_type: Any, doc: dict[str, Any], recorded: dict[str, Any
     benchmark = config_type.BENCHMARK
     if doc.get("benchmark") != benchmark:
         raise Fail(f"--resume: that artifact is a {doc.get('benchmark')} run, not {benchmark}")
-    recorded = doc["configuration"] if recorded is None else recorded
+    recorded = configuration(doc) if recorded is None else recorded
     try:
         config = config_type.from_json(recorded)
     except (Fail, EngineError) as exc:

@@ -25,6 +25,7 @@ from ..core.datasets import DataError, resolve_cifar10
 from ..core.engines import EngineError, parse_engines
 from ..core.paths import kit_root
 from ..core.protocol import TrialRequest
+from ..core.recorded import configuration
 from ..core.signals import Interrupted
 from ..errors import EXIT_INTERRUPTED, Fail, fail
 from ..runtimes.base import RuntimeUnavailable
@@ -91,7 +92,7 @@ def open_resume(resume: Path, timeout: float | None) -> tuple[ArtifactStore, dic
         check_timeout(timeout)
     store, doc = art.open_for_resume(resume)
     doc.setdefault("resumes", []).append({"argv": sys.argv, "utc": art.utc_iso()})
-    recorded = doc["configuration"]
+    recorded = configuration(doc)
     return store, doc, recorded if timeout is None else {**recorded, "timeout_s": timeout}
 
 
@@ -139,7 +140,7 @@ def prepare(benchmark: str, config: Any, doc: dict[str, Any] | None, store: Arti
     gpu_uuid = gpuctx.info.uuid if gpuctx else None
     request_kind = gpu_request_kind(doc, run.gpu_request, gpu_request)
     if doc is not None:  # the software the run started on, or a refusal
-        doc["configuration"] = run.resumed_json(doc["configuration"])
+        doc["configuration"] = run.resumed_json(configuration(doc))
         name, images, python = resume_stack(doc, plan_engines)
         rt = make_runtime(name, plan_engines, run.device, gpu_uuid, run_id, run.memory_limit_mib, run.data_dir,
                           python, notes, request_kind, images=images)

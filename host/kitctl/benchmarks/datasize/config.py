@@ -74,3 +74,17 @@ class DatasizeConfig:
 
     def units(self) -> list[tuple[str, str, int]]:
         return [(f, e, s) for e in self.encodings for s in self.sides for f in self.formats]
+
+
+@dataclass(frozen=True)
+class DatasizeRecorded:
+    """datasize's "configuration" as an artifact recorded it, for its table and report: each value as written, a
+    missing key its default (kitctl.core.recorded; `DatasizeConfig` above is the strict side)."""
+    corpus: Any = None
+    formats: Any = ()
+    encodings: Any = ()
+    sides: Any = ()
+    limit: Any = None
+    mix_compress_probability: Any = None
+    imagenet_images: Any = IMAGENET_IMAGES
+    sizes: Any = ""

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ...core.recorded import view
 from ...reports.format import table
 from ..data.caveats import FFCV_PUBLISHED_GB, cell_caveats, partial_caveat
-from .config import IMAGENET_IMAGES
+from .config import DatasizeRecorded
 from .results import cells
 from .table import FILE_RULES, rows, table_rows
 
@@ -49,16 +50,16 @@ def ratios(sources: list[Any]) -> list[Any]:
 
 
 def measured(doc: dict[str, Any]) -> list[list[str]]:
-    c = doc["configuration"]
+    c = view(DatasizeRecorded, doc)
     return [["Question", "bytes per image of each loader's dataset format, per encoding × max side"],
-            ["Formats", ", ".join(c["formats"])],
-            ["Encodings", ", ".join(c["encodings"]) + f" (mix90: each image JPEG q90 with probability "
-                                                    f"{c['mix_compress_probability']}, else raw — FFCV's proportion mode)"],
-            ["Max sides", ", ".join(map(str, c["sides"])) + " px (downscaled with area interpolation, never upscaled)"],
-            ["Images", f"corpus `{c['corpus']}`" + (f", first {c['limit']:,}" if c.get("limit") else ", all")],
-            ["Sizes", c.get("sizes", "")],
-            ["ImageNet equivalent", f"payload: payload bytes per image × {c.get('imagenet_images', IMAGENET_IMAGES):,}"],
-            *[[f"ImageNet file, {fmt}", FILE_RULES[fmt]] for fmt in c["formats"] if fmt in FILE_RULES]]
+            ["Formats", ", ".join(c.formats)],
+            ["Encodings", ", ".join(c.encodings) + f" (mix90: each image JPEG q90 with probability "
+                                                   f"{c.mix_compress_probability}, else raw — FFCV's proportion mode)"],
+            ["Max sides", ", ".join(map(str, c.sides)) + " px (downscaled with area interpolation, never upscaled)"],
+            ["Images", f"corpus `{c.corpus}`" + (f", first {c.limit:,}" if c.limit else ", all")],
+            ["Sizes", c.sizes],
+            ["ImageNet equivalent", f"payload: payload bytes per image × {c.imagenet_images:,}"],
+            *[[f"ImageNet file, {fmt}", FILE_RULES[fmt]] for fmt in c.formats if fmt in FILE_RULES]]
 
 
 def _label(c: dict[str, Any]) -> str:
@@ -70,6 +71,6 @@ def caveats(src: Source) -> list[str]:
 
 
 def interrupted(src: Source) -> str:
-    c = src.doc["configuration"]
-    return partial_caveat(src, _label, len(c["formats"]) * len(c["encodings"]) * len(c["sides"]),
+    c = view(DatasizeRecorded, src.doc)
+    return partial_caveat(src, _label, len(c.formats) * len(c.encodings) * len(c.sides),
                           "format × encoding × side datasets", None)

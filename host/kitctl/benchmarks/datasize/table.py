@@ -3,9 +3,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...core.recorded import view
 from ...core.typed import to_json
 from ..data.caveats import FFCV_PUBLISHED_GB
-from .config import IMAGENET_IMAGES
+from .config import IMAGENET_IMAGES, DatasizeRecorded
 from .results import cells
 
 # ffcv's DatasetWriter page: its default page_size, 4 × MIN_PAGE_SIZE (2 MiB), which trials/dataload/writers.py keeps.
@@ -46,7 +47,7 @@ def imagenet_file_gb(fmt: str, s: dict[str, Any], imagenet: int = IMAGENET_IMAGE
 
 def rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
-    imagenet = doc["configuration"].get("imagenet_images", IMAGENET_IMAGES)
+    imagenet = view(DatasizeRecorded, doc).imagenet_images
     for c in cells(doc):
         s = c.size
         gb = (s.imagenet_equivalent_gb if s else None) or {}
