@@ -6,9 +6,11 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
+from ...core.typed import from_json
 from ...errors import Fail
 from ...run.config import (COMMON_KEYS, DEFAULT_IMAGE_SIZE, INT, NUM, RunConfig, check_counts, check_min_batch,
                           engine_names)
+from .results import ThroughputCell
 
 CI_LEVEL = 0.95
 # The window rule (docs/method.md, "Throughput"): at least the reference runner's two epochs — 2 × 390
@@ -131,7 +133,7 @@ class ThroughputConfig:
 
     def cell_problem(self, cell: dict[str, Any]) -> str | None:
         """Why a partial's recorded cell is not one these runs could have left, or None."""
-        return replay_problem(cell, self.batch, self.runs)
+        return replay_problem(from_json(ThroughputCell, cell), self.batch, self.runs)
 
     def request_fields(self) -> dict[str, Any]:
         """What every run's trial request carries of this configuration (protocol flags)."""
@@ -161,18 +163,18 @@ class ThroughputRecorded:
     image_size: Any = None
 
 
-def replay_problem(cell: dict[str, Any], batch: int, runs: int) -> str | None:
+def replay_problem(cell: ThroughputCell, batch: int, runs: int) -> str | None:
     """Why a recorded cell is not one this configuration's runs could have left, or None."""
-    if cell.get("batch", batch) != batch:
-        return f"its batch is {cell.get('batch')}, the configuration's {batch}"
-    recorded = cell["runs"]
+    if cell.batch is not None and cell.batch != batch:
+        return f"its batch is {cell.batch}, the configuration's {batch}"
+    recorded = cell.runs
     if len(recorded) > runs:
         return f"it records {len(recorded)} runs of {runs}"
     for i, r in enumerate(recorded, 1):
-        if r["run"] != i or r.get("batch", batch) != batch:
-            return f"run {i} is numbered {r['run']} at batch {r.get('batch')}"
-        if "status" not in r:
+        if r.run != i or (r.batch is not None and r.batch != batch):
+            return f"run {i} is numbered {r.run} at batch {r.batch}"
+        if r.status is None:
             return f"run {i} has no outcome"
-        if r["status"] != "ok" and i < len(recorded):
+        if r.status != "ok" and i < len(recorded):
             return f"run {i} failed, yet more runs follow it"
     return None

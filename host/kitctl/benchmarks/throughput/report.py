@@ -6,14 +6,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ...core.tables import Ratio, engine_label
+from ...core.typed import from_json
 from ...reports.format import cell_label, fmt_int, interval, join, num, table
 from .config import WINDOW_IMAGES, WINDOW_SECONDS
+from .results import ThroughputCell, cells as typed_cells
 from .table import has_window_rule_columns, opennn_figures_text, steady_text, throughput_ratio_pairs, throughput_rows
 
 if TYPE_CHECKING:  # the report shell's type; importing it here would make reports and benchmarks a cycle
     from ...reports.sources import Source
 
 QUESTION = "steady-state training images/s at a fixed batch"
+
+
+def _kit_cells(src: Source) -> list[ThroughputCell]:
+    """A kitctl artifact's cells, typed (none for a reference file)."""
+    return typed_cells(src.doc) if src.is_kitctl else []
 
 
 def load_rows(src: Source, doc: dict[str, Any]) -> None:
@@ -46,7 +53,7 @@ def ratios(sources: list[Source]) -> list[Ratio]:
 
 
 def meta_count(src: Source) -> str:
-    return f"{sum(len(c.get('runs') or []) for c in src.doc['results'])} runs"
+    return f"{sum(len(c.runs) for c in typed_cells(src.doc))} runs"
 
 
 def measured_rules(src: Source, fresh: str) -> list[list[str]]:
@@ -69,14 +76,15 @@ def caveats_protocol(src: Source) -> list[str]:
     if single:
         out.append(f"**One run only** — {join(single)}: a single run, so no confidence interval; "
                    f"repeat with more runs before comparing.")
-    for c in src.kit_results:
-        if c.get("status") == "failed":
-            out.append(f"**Failed** — {cell_label(c['engine'], c['precision'])}: {c.get('reason') or 'a run failed'}; "
+    recorded = _kit_cells(src)
+    for c in recorded:
+        if c.failed:
+            out.append(f"**Failed** — {cell_label(c.engine, c.precision)}: {c.reason or 'a run failed'}; "
                        f"no figure is reported for it and none of its runs is averaged in.")
-    low = [f"{cell_label(c['engine'], c['precision'])} ({(c.get('summary') or {})['ci_level'] * 100:.2f}%)"
-           for c in src.kit_results if isinstance((c.get("summary") or {}).get("ci_level"), (int, float))
-           and isinstance((c.get("summary") or {}).get("ci_requested_level"), (int, float))
-           and c["summary"]["ci_level"] < c["summary"]["ci_requested_level"]]
+    low = [f"{cell_label(c.engine, c.precision)} ({c.summary.ci_level * 100:.2f}%)"
+           for c in recorded if c.summary is not None and isinstance(c.summary.ci_level, (int, float))
+           and isinstance(c.summary.ci_requested_level, (int, float))
+           and c.summary.ci_level < c.summary.ci_requested_level]
     if low:
         out.append(f"**Interval below the requested level** — {join(low)}: too few runs for a "
                    f"distribution-free interval at the requested level; the min–max interval and its actual "
@@ -121,5 +129,5 @@ def headline(src: Source) -> str:
 
 def progress(src: Source, cell: dict[str, Any]) -> str:
     """An unfinished cell: how many of its runs measured a figure."""
-    done = sum(1 for r in cell.get("runs") or [] if r.get("images_per_second") is not None)
+    done = sum(1 for r in from_json(ThroughputCell, cell).runs if r.images_per_second is not None)
     return f"{done} of {fmt_int(src.config.own.runs)} runs so far"

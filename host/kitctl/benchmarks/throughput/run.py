@@ -17,12 +17,15 @@ from ...core.budget import Budget
 from ...core.engines import Engine
 from ...core.outcome import Status, TrialOutcome
 from ...core.protocol import TrialRequest
-from ...run.runner import UnitRunner, find_cell
+from ...run.runner import UnitRunner
 from ...core.watch import Watcher
 from ...core.stats import median, summarize
 from ...core.steadiness import cell_steadiness
+from ...core.typed import from_json, to_json
 from .config import STEADY_TOLERANCE
 from .energy import run_steadiness, window_energy, window_readings
+from .results import (CellEnergy, CellSteadiness, RunEnergy, ThroughputCell, ThroughputRun, ThroughputSummary,
+                      WindowReadings, cells, updated)
 
 
 @dataclass
@@ -39,9 +42,8 @@ class ThroughputPlan:
 
 
 def new_throughput_cell(engine: str, precision: str, batch: int) -> dict[str, Any]:
-    return {"engine": engine, "precision": precision, "batch": batch, "state": "pending",
-            "status": None, "reason": "", "runs": [], "summary": None, "warmup_seconds": None,
-            "peak_vram": None, "trials": []}
+    """A new cell as the artifact records it, before its first run."""
+    return to_json(ThroughputCell.pending(engine, precision, batch))
 
 
 def _pos(x: Any) -> float | None:
@@ -68,20 +70,29 @@ def run_quality(result: dict[str, Any] | None, readings: dict[str, list] | None)
     chunks), the energy and clocks over it (from the watcher's readings, kept with the run)."""
     r = result or {}
     w = r.get("window") if isinstance(r.get("window"), dict) else {}
-    return {**run_steadiness(r),
-            "energy": window_energy(readings, w.get("start_unix"), w.get("end_unix"), r.get("images")),
-            "telemetry": readings}
+    energy = window_energy(readings, w.get("start_unix"), w.get("end_unix"), r.get("images"))
+    return {**run_steadiness(r), "energy": None if energy is None else from_json(RunEnergy, energy),
+            "telemetry": None if readings is None else from_json(WindowReadings, readings)}
 
 
-def _medians(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+def run_record(i: int, out: TrialOutcome, readings: dict[str, list] | None) -> tuple[ThroughputRun, str | None]:
+    """Run `i` as recorded: its figures, what the host adds to them, the trial's outcome; and why its figures
+    are unusable (or None)."""
+    figs, why = run_figures(out)
+    return ThroughputRun(run=i, **figs, **run_quality(out.result, readings), **out.to_json()), why
+
+
+def _medians(runs: tuple[ThroughputRun, ...]) -> CellEnergy | None:
     """The cell's energy: medians over its runs of joules per image and mean watts (None where no
     run measured them)."""
-    def med(key: str) -> float | None:
-        vals = [float(e[key]) for e in (r.get("energy") or {} for r in runs)
-                if isinstance(e.get(key), (int, float)) and math.isfinite(e[key])]
+    energies = [r.energy for r in runs if isinstance(r.energy, RunEnergy)]
+
+    def med(xs: list[Any]) -> float | None:
+        vals = [float(x) for x in xs if isinstance(x, (int, float)) and math.isfinite(x)]
         return median(vals) if vals else None
-    out = {"joules_per_image": med("joules_per_image"), "mean_watts": med("mean_watts"), "runs": len(runs)}
-    return None if out["joules_per_image"] is None and out["mean_watts"] is None else out
+    out = CellEnergy(joules_per_image=med([e.joules_per_image for e in energies]),
+                     mean_watts=med([e.mean_watts for e in energies]), runs=len(runs))
+    return None if out.joules_per_image is None and out.mean_watts is None else out
 
 
 def _max(xs: list[Any]) -> float | None:
@@ -89,73 +100,83 @@ def _max(xs: list[Any]) -> float | None:
     return max(vals) if vals else None
 
 
-def _quality_text(q: dict[str, Any]) -> str:
+def _quality_text(run: ThroughputRun) -> str:
     parts = []
-    if q.get("steady") is False:
-        parts.append(f"not steady: halves {q['halves_change']:+.1%}" if q.get("halves_change") is not None
+    if run.steady is False:
+        parts.append(f"not steady: halves {run.halves_change:+.1%}" if run.halves_change is not None
                      else "not steady")
-    e = q.get("energy") or {}
-    if e.get("joules_per_image") is not None:
-        parts.append(f"{e['joules_per_image']:.3g} J/image, {e['mean_watts']:.0f} W")
+    e = run.energy
+    if e is not None and e.joules_per_image is not None:
+        parts.append(f"{e.joules_per_image:.3g} J/image, {e.mean_watts:.0f} W")
     return "".join(f"; {p}" for p in parts)
 
 
 class ThroughputRunner(UnitRunner):
-    """Throughput's cell: `runs` fresh runs at one batch (signals, saving, cleanup: UnitRunner's)."""
+    """Throughput's cell: `runs` fresh runs at one batch (signals, saving, cleanup: UnitRunner's).
+    It reads a cell typed and writes it back whole after each change (the artifact's results stay JSON)."""
 
     plan: ThroughputPlan  # type: ignore[assignment]
 
     def units_left(self) -> tuple[int, bool] | None:
         """Runs still to start, the running one included (exact: every cell runs `runs`, a failure ends it)."""
         left = 0
+        recorded = cells(self.doc)
         for e in self.plan.engines:
             for p in self.plan.precisions:
-                cell = find_cell(self.doc, e.name, p)
+                cell = next((c for c in recorded if (c.engine, c.precision) == (e.name, p)), None)
                 if cell is None:
                     left += self.plan.runs
-                elif cell.get("state") != "done":
-                    left += max(self.plan.runs - len(cell["runs"]), 0)
+                elif cell.state != "done":
+                    left += max(self.plan.runs - len(cell.runs), 0)
         return left, False
+
+    def _cell_at(self, engine: str, precision: str, batch: int) -> int:
+        """Where the engine × precision cell is in the artifact's results (a new one appended where none is)."""
+        for at, c in enumerate(cells(self.doc)):
+            if (c.engine, c.precision) == (engine, precision):
+                return at
+        self.doc["results"].append(new_throughput_cell(engine, precision, batch))
+        return len(self.doc["results"]) - 1
+
+    def _put(self, at: int, cell: ThroughputCell) -> ThroughputCell:
+        self.doc["results"][at] = to_json(cell)
+        return cell
 
     def _run_cell(self, engine: Engine, precision: str) -> None:  # type: ignore[override]
         batch = self.plan.base_request.batch
-        cell = find_cell(self.doc, engine.name, precision)
-        if cell is None:
-            cell = new_throughput_cell(engine.name, precision, batch)
-            self.doc["results"].append(cell)
-        cell["state"] = "running"
+        at = self._cell_at(engine.name, precision, batch)
+        cell = self._put(at, updated(from_json(ThroughputCell, self.doc["results"][at]), state="running"))
         n = self.plan.runs
         # Resumed: every recorded run's figures are recomputed from its outcome, and the cell's
         # status and summary from those (a partial's own summary is not trusted).
-        for i, r in enumerate(cell["runs"], 1):
-            out = TrialOutcome.from_json(r)
-            figs, why = run_figures(out)
-            kept = r.get("telemetry") if isinstance(r.get("telemetry"), dict) else None
-            cell["runs"][i - 1] = {"run": i, **figs, **run_quality(out.result, kept), **out.to_json()}
+        runs = list(cell.runs)
+        for i, r in enumerate(cell.runs, 1):
+            kept = to_json(r.telemetry) if isinstance(r.telemetry, WindowReadings) else None
+            runs[i - 1], why = run_record(i, TrialOutcome.from_json(to_json(r)), kept)
             if why is not None:
-                self._finish(cell, f"run {i}/{n} failed — {why}")
+                self._finish(at, updated(cell, runs=tuple(runs)), f"run {i}/{n} failed — {why}")
                 return
-        while len(cell["runs"]) < n:
-            i = len(cell["runs"]) + 1
+        cell = self._put(at, updated(cell, runs=tuple(runs)))
+        while len(cell.runs) < n:
+            i = len(cell.runs) + 1
             what = f"run {i}/{n}"
             req = self._request(engine, precision, batch, None)
             self.view.candidate_started(engine.name, precision, batch, what)
             watcher = self._watcher()
             out = self.runtime.run(req, timeout_s=self.plan.timeout_s, watcher=watcher)
             self._record_versions(engine, out)
-            figs, why = run_figures(out)
-            quality = run_quality(out.result, self._readings(watcher, out.result))
+            run, why = run_record(i, out, self._readings(watcher, out.result))
             # One line (one row) per run, its figure in it: a second line repeating the run read as a second run.
-            detail = "" if why is not None else (f"{figs['images_per_second']:,.1f} images/s (warm-up "
-                                                 f"{figs['warmup_seconds'] or 0:.1f} s{_quality_text(quality)})")
+            detail = "" if why is not None else (f"{run.images_per_second:,.1f} images/s (warm-up "
+                                                 f"{run.warmup_seconds or 0:.1f} s{_quality_text(run)})")
             self.view.candidate_done(engine.name, precision, out, what, detail)
-            cell["runs"].append({"run": i, **figs, **quality, **out.to_json()})
+            cell = self._put(at, updated(cell, runs=(*cell.runs, run)))
             if why is not None:
-                self._finish(cell, f"run {i}/{n} failed — {why}")
-                self.view.note(f"{engine.name} {precision}: FAILED, {cell['reason']}")
+                cell = self._finish(at, cell, f"run {i}/{n} failed — {why}")
+                self.view.note(f"{engine.name} {precision}: FAILED, {cell.reason}")
                 return
             self.save()
-        self._finish(cell, None)
+        self._finish(at, cell, None)
 
     @staticmethod
     def _readings(watcher: Watcher | None, result: dict[str, Any] | None) -> dict[str, list] | None:
@@ -170,22 +191,25 @@ class ThroughputRunner(UnitRunner):
             return None
         return window_readings(series, float(start), float(end))
 
-    def _finish(self, cell: dict[str, Any], failure: str | None) -> None:  # type: ignore[override]
-        runs = cell["runs"]
-        cell["peak_vram"] = {
-            "device_delta_mib": _max([(r.get("peaks") or {}).get("device_delta_mib") for r in runs]),
-            "framework_mib": _max([(r.get("peaks") or {}).get("framework_mib") for r in runs]),
+    def _finish(self, at: int, cell: ThroughputCell, failure: str | None) -> ThroughputCell:
+        """The cell done (ok, or failed with `failure`), written at `at` and saved."""
+        runs = cell.runs
+        peak_vram = {
+            "device_delta_mib": _max([(r.peaks or {}).get("device_delta_mib") for r in runs]),
+            "framework_mib": _max([(r.peaks or {}).get("framework_mib") for r in runs]),
             "source": "max over the cell's runs (NVML device delta; the framework allocator's peak)",
         }
         if failure is not None:
             # Fail loudly: no summary, no median of the runs that did pass.
-            cell.update(state="done", status="failed", reason=failure, summary=None, warmup_seconds=None,
-                        energy=None, steadiness=None)
+            cell = updated(cell, peak_vram=peak_vram, state="done", status="failed", reason=failure, summary=None,
+                           warmup_seconds=None, energy=None, steadiness=None)
         else:
-            ips = [r["images_per_second"] for r in runs]
-            warm = [r["warmup_seconds"] for r in runs if r.get("warmup_seconds") is not None]
-            summary = summarize(ips, self.plan.ci_level)
-            cell.update(state="done", status="ok", reason="", summary=summary,
-                        warmup_seconds=median(warm) if warm else None, energy=_medians(runs),
-                        steadiness=cell_steadiness(runs, summary, self.plan.steady_tolerance))
+            warm = [r.warmup_seconds for r in runs if r.warmup_seconds is not None]
+            summary = from_json(ThroughputSummary, summarize([r.images_per_second for r in runs], self.plan.ci_level))
+            steadiness = cell_steadiness([to_json(r) for r in runs], to_json(summary), self.plan.steady_tolerance)
+            cell = updated(cell, peak_vram=peak_vram, state="done", status="ok", reason="", summary=summary,
+                           warmup_seconds=median(warm) if warm else None, energy=_medians(runs),
+                           steadiness=from_json(CellSteadiness, steadiness))
+        self._put(at, cell)
         self.save()
+        return cell

@@ -11,6 +11,7 @@ from ...core.recorded import read_view
 from ...core.tables import Ratio, engine_label, pair_ratios
 from ...reports.format import interval
 from .config import ThroughputRecorded
+from .results import CellEnergy, CellSteadiness, ThroughputCell, cells
 
 
 @dataclass(frozen=True)
@@ -58,41 +59,44 @@ def throughput_rows(doc: dict[str, Any]) -> list[ThroughputRow]:
     warmup_seconds) and `summary` (median, min, max, std, ci_low, ci_high, ci_level)."""
     rows = []
     default_batch = read_view(ThroughputRecorded, doc.get("configuration")).batch
-    for c in doc["results"]:
-        runs = [r for r in c.get("runs") or [] if _num(r.get("images_per_second")) is not None]
-        ips = [float(r["images_per_second"]) for r in runs]
-        s = c.get("summary") or {}
-        failed = c.get("status") == "failed"  # a failed cell has no figure: never a median of its runs
+    for c in cells(doc):
+        runs = [r for r in c.runs if _num(r.images_per_second) is not None]
+        ips = [float(r.images_per_second) for r in runs]
+        s = c.summary
+        failed = c.failed  # a failed cell has no figure: never a median of its runs
         if failed:
             ips = []
-        median = _num(s.get("median"))
+        median = _num(s.median) if s is not None else None
         if median is None:
             median = _median(ips)
-        warm = _num(c.get("warmup_seconds"))
+        warm = _num(c.warmup_seconds)
+        if warm is None and s is not None:  # a summary that recorded the warm-up itself
+            warm = _num(s.extra.get("warmup_seconds"))
         if warm is None:
-            warm = _num(s.get("warmup_seconds"))
-        if warm is None:
-            warm = _median([float(r["warmup_seconds"]) for r in runs if _num(r.get("warmup_seconds")) is not None])
-        energy = c.get("energy") if isinstance(c.get("energy"), dict) and not failed else {}
-        steadiness = c.get("steadiness") if isinstance(c.get("steadiness"), dict) and not failed else {}
-        windows = [float(r["window_seconds"]) for r in runs if _num(r.get("window_seconds")) is not None]
+            warm = _median([float(r.warmup_seconds) for r in runs if _num(r.warmup_seconds) is not None])
+        ci_low, ci_high, ci_level, std = ((_num(s.ci_low), _num(s.ci_high), _num(s.ci_level), _num(s.std))
+                                          if s is not None else (None, None, None, None))
+        energy = c.energy if isinstance(c.energy, CellEnergy) and not failed else None
+        steadiness = c.steadiness if isinstance(c.steadiness, CellSteadiness) and not failed else None
+        windows = [float(r.window_seconds) for r in runs if _num(r.window_seconds) is not None]
         rows.append(ThroughputRow(
-            c["engine"], c["precision"], c.get("batch", default_batch), median,
-            _num(s.get("ci_low")), _num(s.get("ci_high")), _num(s.get("ci_level")), len(runs), warm,
-            _num(s.get("min")) if s.get("min") is not None else (min(ips) if ips else None),
-            _num(s.get("max")) if s.get("max") is not None else (max(ips) if ips else None),
-            _num(s.get("std")), c.get("state", "done"),
-            joules_per_image=_num(energy.get("joules_per_image")), mean_watts=_num(energy.get("mean_watts")),
-            steady=steadiness.get("steady") if isinstance(steadiness.get("steady"), bool) else None,
-            steady_why=steadiness.get("why") if isinstance(steadiness.get("why"), str) else None,
+            c.engine, c.precision, default_batch if c.batch is None else c.batch, median, ci_low, ci_high, ci_level,
+            len(runs), warm,
+            _num(s.min) if s is not None and s.min is not None else (min(ips) if ips else None),
+            _num(s.max) if s is not None and s.max is not None else (max(ips) if ips else None),
+            std, c.state,
+            joules_per_image=_num(energy.joules_per_image) if energy is not None else None,
+            mean_watts=_num(energy.mean_watts) if energy is not None else None,
+            steady=steadiness.steady if steadiness is not None and isinstance(steadiness.steady, bool) else None,
+            steady_why=steadiness.why if steadiness is not None and isinstance(steadiness.why, str) else None,
             window_s=_median(windows) if windows and not failed else None,
             opennn_executed_ips=_figure(c, "executed_ips"), opennn_runner_ips=_figure(c, "runner_style_ips")))
     return rows
 
 
-def _figure(cell: dict[str, Any], key: str) -> float | None:
+def _figure(cell: ThroughputCell, key: str) -> float | None:
     """The median over a cell's runs of one of OpenNN's corrected figures (None where no run has it)."""
-    vals = [_num(((r.get("result") or {}).get("opennn_figures") or {}).get(key)) for r in cell.get("runs") or []]
+    vals = [_num(((r.result or {}).get("opennn_figures") or {}).get(key)) for r in cell.runs]
     return _median([v for v in vals if v is not None]) or None
 
 
@@ -138,10 +142,11 @@ def print_table(console: Any, model: str, dataset: str, batch: int, doc: dict[st
         cols += ["window s", "J/image", "W", "steady"]
     for col in cols:
         t.add_column(col, justify="left" if col in ("Engine", "Precision") else "right")
-    for r, c in zip(rows, doc["results"]):
+    recorded = cells(doc)
+    for r, c in zip(rows, recorded):
         label = engine_label(r.engine)
-        if c.get("status") == "failed":
-            t.add_row(label, r.precision, "[red]FAILED[/red]", "—", str(len(c["runs"])), "—",
+        if c.failed:
+            t.add_row(label, r.precision, "[red]FAILED[/red]", "—", str(len(c.runs)), "—",
                       *(["—"] * (len(cols) - 6)))
             continue
         # The interval itself: it is not symmetric about the median, so no "±half-width".
@@ -155,9 +160,9 @@ def print_table(console: Any, model: str, dataset: str, batch: int, doc: dict[st
         t.add_row(label, r.precision, f"{r.median:,.1f}" if r.median is not None else "—", ci, str(r.runs),
                   f"{r.warmup_s:.1f}" if r.warmup_s is not None else "—", *more)
     console.print(t)
-    for c in doc["results"]:
-        if c.get("status") == "failed":
-            console.print(f"FAILED {c['engine']} {c['precision']}: {c['reason']}")
+    for c in recorded:
+        if c.failed:
+            console.print(f"FAILED {c.engine} {c.precision}: {c.reason}")
     for r in rows:
         if (text := opennn_figures_text(r)) is not None:
             console.print(f"OpenNN {r.engine} {r.precision}: {text}")
@@ -166,7 +171,7 @@ def print_table(console: Any, model: str, dataset: str, batch: int, doc: dict[st
             console.print(f"not steady: {r.engine} {r.precision}: {r.steady_why} (its figure is kept)")
     for r in throughput_ratio_pairs(throughput_rows(doc)):
         console.print(r.text())
-    methods = {(c.get("summary") or {}).get("ci_method") for c in doc["results"]} - {None}
+    methods = {c.summary.ci_method for c in recorded if c.summary is not None} - {None}
     for m in sorted(methods):
         console.print(f"CI: {m}")
     console.print(recorded_line(doc))
@@ -176,4 +181,4 @@ def print_table(console: Any, model: str, dataset: str, batch: int, doc: dict[st
 
 def all_ok(doc: dict[str, Any]) -> bool:
     """Every engine × precision has a summary (no run failed): exit 0, else 1."""
-    return all(c.get("status") == "ok" for c in doc["results"])
+    return all(c.ok for c in cells(doc))
