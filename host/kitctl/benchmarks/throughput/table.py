@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core.device import recorded_line
-from ...core.recorded import read_view
+from ...core.recorded import view
 from ...core.tables import Ratio, engine_label, pair_ratios
 from ...reports.format import interval
 from .config import ThroughputRecorded
@@ -58,7 +58,7 @@ def throughput_rows(doc: dict[str, Any]) -> list[ThroughputRow]:
     """One row per engine × precision of a throughput artifact: `runs[]` (images_per_second,
     warmup_seconds) and `summary` (median, min, max, std, ci_low, ci_high, ci_level)."""
     rows = []
-    default_batch = read_view(ThroughputRecorded, doc.get("configuration")).batch
+    default_batch = view(ThroughputRecorded, doc).batch
     for c in cells(doc):
         runs = [r for r in c.runs if _num(r.images_per_second) is not None]
         ips = [float(r.images_per_second) for r in runs]
