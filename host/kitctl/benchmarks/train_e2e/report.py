@@ -136,7 +136,8 @@ def diagnoses(doc: dict[str, Any]) -> list[str]:
                 caller = probe.caller_stream.corrupted if probe.caller_stream else None
                 own = probe.loader.corrupted if probe.loader else None
                 text += ("; freed memory overwritten (pytorch/vision#9606 probe) in "
-                         f"{caller}/{n} iterations with decode_jpeg on the caller's stream, {own}/{n} with the loader's")
+                         f"{caller}/{n} iterations with decode_jpeg on the caller's stream, {own}/{n} with the "
+                         "loader's")
             out.append(text)
     return out
 
