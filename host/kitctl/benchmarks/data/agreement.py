@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core.recorded import read_view
+from ...core.typed import Record, from_json
+from .results import Summary
 
 AGREE_WITHIN = 0.10
 SOURCE = "ram"  # train-e2e reads its datasets from the page cache: dataload's "ram" source
@@ -55,8 +57,29 @@ class _Recorded:
     workers: Any = None
 
 
-def _config(doc: dict[str, Any]) -> _Recorded:
-    return read_view(_Recorded, doc.get("configuration"))
+# What the pairing reads of the two benchmarks' cells (their records are dataload/results.py's DataloadCell and
+# train_e2e/results.py's TrainE2ECell; data/ imports no benchmark): the rest of a cell is kept aside, unread.
+@dataclass(frozen=True, kw_only=True)
+class _LoadCell(Record):
+    loader: Any = None
+    encoding: Any = None
+    side: Any = None
+    source: Any = None
+    workers: Any = None
+    status: Any = None
+    summary: Summary | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class _AloneSummary(Record):
+    loader: Summary | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class _AloneCell(Record):
+    loader: Any = None
+    status: Any = None
+    summary: _AloneSummary | None = None
 
 
 def machine(doc: dict[str, Any]) -> str:
@@ -67,39 +90,43 @@ def machine(doc: dict[str, Any]) -> str:
     return f"{gpu}, {host.get('cpu_count')} CPUs, host {host.get('hostname')}"
 
 
-def _windowed(doc: dict[str, Any]) -> bool:
-    return _config(doc).window_images is not None
+def _windowed(doc: dict[str, Any], benchmark: str) -> _Recorded | None:
+    """The recorded configuration of a `benchmark` artifact measured under the window rule (else None)."""
+    if doc.get("benchmark") != benchmark:
+        return None
+    rec = read_view(_Recorded, doc.get("configuration"))
+    return rec if rec.window_images is not None else None
 
 
 def _median(summary: Any) -> tuple[float, int] | None:
-    if isinstance(summary, dict) and isinstance(summary.get("median"), (int, float)) and summary["median"] > 0:
-        return float(summary["median"]), int(summary.get("n") or 0)
+    if isinstance(summary, Summary) and isinstance(summary.median, (int, float)) and summary.median > 0:
+        return float(summary.median), int(summary.n or 0)
     return None
 
 
 def dataload_cells(doc: dict[str, Any]) -> dict[tuple, tuple[float, int]]:
     """(loader, encoding, side, workers, batch) → (median, runs) of a windowed dataload artifact's RAM cells."""
-    if doc.get("benchmark") != "dataload" or not _windowed(doc):
+    rec = _windowed(doc, "dataload")
+    if rec is None:
         return {}
-    batch = _config(doc).batch
     out = {}
-    for c in doc.get("results") or []:
-        m = _median(c.get("summary"))
-        if c.get("source") == SOURCE and c.get("status") == "ok" and m:
-            out[(c.get("loader"), c.get("encoding"), c.get("side"), c.get("workers"), batch)] = m
+    for c in (from_json(_LoadCell, c) for c in doc.get("results") or []):
+        m = _median(c.summary)
+        if c.source == SOURCE and c.status == "ok" and m:
+            out[(c.loader, c.encoding, c.side, c.workers, rec.batch)] = m
     return out
 
 
 def loader_alone_cells(doc: dict[str, Any]) -> dict[tuple, tuple[float, int]]:
     """The same key → (median, runs) of a windowed train-e2e artifact's loader-alone figures."""
-    if doc.get("benchmark") != "train-e2e" or not _windowed(doc):
+    rec = _windowed(doc, "train-e2e")
+    if rec is None:
         return {}
-    rec = _config(doc)
     out = {}
-    for c in doc.get("results") or []:
-        m = _median((c.get("summary") or {}).get("loader"))
-        if c.get("loader") != "synthetic" and c.get("status") == "ok" and m:
-            out[(c.get("loader"), rec.encoding, rec.side, rec.workers, rec.batch)] = m
+    for c in (from_json(_AloneCell, c) for c in doc.get("results") or []):
+        m = _median(c.summary.loader if isinstance(c.summary, _AloneSummary) else None)
+        if c.loader != "synthetic" and c.status == "ok" and m:
+            out[(c.loader, rec.encoding, rec.side, rec.workers, rec.batch)] = m
     return out
 
 

@@ -2,7 +2,8 @@
 figures they are set beside."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Sequence
+from typing import Any, Callable, Protocol, TypeVar, Union
 
 
 # Published by FFCV for ImageNet's 1,281,167 training images (GB), as docs/data.md quotes them; the
@@ -12,42 +13,76 @@ FFCV_PUBLISHED_LOAD = {("ffcv", "jpeg90", 512, "ram"): 31_278, ("ffcv", "raw", 2
                        ("ffcv", "jpeg90", 512, "cold"): 16_631, ("ffcv", "raw", 512, "cold"): 1_956,
                        ("ffcv", "raw", 256, "cold"): 6_870}
 FFCV_MACHINE = "AWS p3dn.24xlarge, 96 vCPU, all cores; cold = EBS"
+C = TypeVar("C")
 
 
 # -- what the data benchmarks' reports say about their cells (dataload, train-e2e, datasize) ----------------------
-def cell_caveats(doc: dict[str, Any], label: Callable[[dict[str, Any]], str], runs_asked: int | None) -> list[str]:
+class DataCell(Protocol):
+    """A data benchmark's typed cell (dataload's DataloadCell, train-e2e's TrainE2ECell) as these caveats read it:
+    its status, why it failed (None: it did not) and how many of its runs passed."""
+    @property
+    def status(self) -> str | None: ...
+    @property
+    def failure(self) -> str | None: ...
+    @property
+    def runs_ok(self) -> int: ...
+
+
+# A cell as datasize's report still passes it: the recorded dict (its record, DatasizeCell, has no `failure`
+# or `runs_ok` yet); the two readers below are the only ones of such a dict.
+Cell = Union[DataCell, dict[str, Any]]
+
+
+def _failure(c: Cell) -> str | None:
+    if not isinstance(c, dict):
+        return c.failure
+    failed = c.get("status") == "failed" or (c.get("status") not in ("ok", "pending", None) and c.get("error"))
+    return (c.get("reason") or c.get("error") or c.get("status")) if failed else None
+
+
+def _runs_ok(c: Cell) -> int:
+    if not isinstance(c, dict):
+        return c.runs_ok
+    return sum(1 for r in c.get("runs") or [] if r.get("status") == "ok")
+
+
+def _status(c: Cell) -> str | None:
+    return c.get("status") if isinstance(c, dict) else c.status
+
+
+def cell_caveats(cells: Sequence[C] | dict[str, Any], label: Callable[[C], str],
+                 runs_asked: int | None) -> list[str]:
     """A caveat per failed cell (its reason: the row has no figure) and per finished cell whose figure rests on
-    fewer passing runs than the run asked for (`runs_asked`; None: one unit per cell, as datasize's)."""
+    fewer passing runs than the run asked for (`runs_asked`; None: one unit per cell, as datasize's). `cells`: the
+    artifact's typed cells (datasize: its document, whose recorded cells are read as dicts)."""
     out = []
-    for c in doc["results"]:
-        if c.get("status") == "failed" or (c.get("status") not in ("ok", "pending", None) and c.get("error")):
-            why = c.get("reason") or c.get("error") or c.get("status")
+    for c in (cells["results"] if isinstance(cells, dict) else cells):
+        why = _failure(c)
+        if why is not None:
             out.append(f"**Failed cell** — {label(c)}: {why}. No figure in its row; a run that did not end cleanly "
                        "is never counted, even one that printed a result first.")
-        elif c.get("status") == "ok" and runs_asked:
-            n = sum(1 for r in c.get("runs") or [] if r.get("status") == "ok")
+        elif _status(c) == "ok" and runs_asked:
+            n = _runs_ok(c)
             if n < runs_asked:
                 out.append(f"**Fewer runs than asked** — {label(c)}: its figure is the median of {n} of the "
                            f"{runs_asked} runs asked for.")
     return out
 
 
-def partial_caveat(src: Any, label: Callable[[dict[str, Any]], str], planned: int, noun: str,
-                   runs_asked: int | None) -> str:
+def partial_caveat(src: Any, label: Callable[[C], str], planned: int, noun: str, runs_asked: int | None,
+                   cells: Sequence[C] | None = None) -> str:
     """An interrupted data run's caveat (the engines' one reads engine × precision cells): what finished, what
-    did not and how far, and how to continue it."""
+    did not and how far, and how to continue it. `cells`: the artifact's typed cells (None: datasize's recorded
+    ones, as dicts)."""
     d = src.doc
     by = f" by {d['interrupted_by']}" if d.get("interrupted_by") else ""
-    done = [c for c in d["results"] if c.get("status") != "pending"]
-    unfinished = []
-    for c in d["results"]:
-        if c in done:
-            continue
-        n = sum(1 for r in c.get("runs") or [] if r.get("status") == "ok")
-        unfinished.append(label(c) + (f" ({n} of {runs_asked} runs)" if runs_asked else ""))
+    every: Sequence[Any] = d["results"] if cells is None else cells
+    done = sum(1 for c in every if _status(c) != "pending")
+    unfinished = [label(c) + (f" ({_runs_ok(c)} of {runs_asked} runs)" if runs_asked else "")
+                  for c in every if _status(c) == "pending"]
     run = f"kitctl run {src.benchmark} --resume"
     resume = f"`{run} {src.name}`" if src.name.endswith(".partial.json") else f"`{run}` on its `.partial.json`"
-    text = f"**Partial result** — the artifact is `{src.state}`{by}: {len(done)} of {planned} {noun} finished"
+    text = f"**Partial result** — the artifact is `{src.state}`{by}: {done} of {planned} {noun} finished"
     if unfinished:
         text += f"; unfinished: {'; '.join(unfinished)}"
     return text + f". An unfinished cell has no figure; continue with {resume}."

@@ -4,17 +4,35 @@ own window says (images ÷ seconds)."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Protocol, TypeVar
+
+from .results import updated
 
 # The trial computes the figure as images / seconds; JSON round-trips a float exactly, so only an edit differs.
 REL_TOLERANCE = 1e-9
 
 
-def consistent(run: dict[str, Any], figure: str) -> bool:
-    """A passing run whose `figure` is a finite positive number and, where the run recorded its window's images
+class MeasuredRun(Protocol):
+    """A data benchmark's typed run (dataload's DataloadRun, train-e2e's TrainE2ERun): its status, the figure its
+    cell's median is of, and the window that figure was measured over."""
+    @property
+    def status(self) -> str | None: ...
+    @property
+    def figure(self) -> Any: ...
+    @property
+    def images(self) -> Any: ...
+    @property
+    def window_seconds(self) -> Any: ...
+
+
+Run = TypeVar("Run", bound=MeasuredRun)
+
+
+def consistent(run: MeasuredRun) -> bool:
+    """A passing run whose figure is a finite positive number and, where the run recorded its window's images
     and seconds, equals images ÷ seconds."""
-    ips, images, seconds = run.get(figure), run.get("images"), run.get("window_seconds")
-    if run.get("status") != "ok" or isinstance(ips, bool) or not isinstance(ips, (int, float)):
+    ips, images, seconds = run.figure, run.images, run.window_seconds
+    if run.status != "ok" or isinstance(ips, bool) or not isinstance(ips, (int, float)):
         return False
     if not math.isfinite(ips) or ips <= 0:
         return False
@@ -23,12 +41,12 @@ def consistent(run: dict[str, Any], figure: str) -> bool:
     return True
 
 
-def kept_runs(runs: list[dict[str, Any]], figure: str) -> list[dict[str, Any]]:
+def kept_runs(runs: tuple[Run, ...]) -> tuple[Run, ...]:
     """The runs a resumed cell keeps (passing and consistent), numbered again from 1 in their order."""
-    return [{**r, "run": i} for i, r in enumerate((r for r in runs if consistent(r, figure)), 1)]
+    return tuple(updated(r, run=i) for i, r in enumerate((r for r in runs if consistent(r)), 1))
 
 
-def measured(runs: list[dict[str, Any]], figure: str, wanted: int) -> bool:
+def measured(runs: tuple[MeasuredRun, ...], wanted: int) -> bool:
     """Whether a cell holds all `wanted` runs, each with its figure (a resumed cell then needs no dataset: a
     problem with one is not this cell's failure)."""
-    return len(runs) >= wanted and all(r.get(figure) is not None for r in runs)
+    return len(runs) >= wanted and all(r.figure is not None for r in runs)

@@ -9,7 +9,10 @@ from typing import Any
 
 from ...reports.compare import Comparer, data_context, median_change, median_text, setup_diffs
 from ...reports.sources import Source
+from ..data.results import Epoch
+from .config import DataloadRecorded, recorded
 from .report import cell_key
+from .results import cells
 from .table import rows
 
 
@@ -29,30 +32,29 @@ def load_rows(src: Source) -> list[LoadRow]:
 
 def _epoch_images(doc: dict[str, Any]) -> int | None:
     """Images per timed epoch, as the runs counted them (the corpus capped by --limit)."""
-    for c in doc["results"]:
-        for r in c["runs"]:
-            for e in r.get("epochs") or []:
-                if isinstance(e.get("images"), int):
-                    return e["images"]
+    for c in cells(doc):
+        for r in c.runs:
+            for e in r.epochs or ():
+                if isinstance(e, Epoch) and isinstance(e.images, int):
+                    return e.images
     return None
 
 
-def _setup(doc: dict[str, Any]) -> dict[str, Any]:
-    c = doc["configuration"]
+def _setup(doc: dict[str, Any], rec: DataloadRecorded) -> dict[str, Any]:
     return {"cores": (doc.get("host") or {}).get("cpu_count"), "images per epoch": _epoch_images(doc),
-            "batch": c.get("batch"), "timed epochs": c.get("epochs")}
+            "batch": rec.batch, "timed epochs": rec.epochs}
 
 
 def _data_diffs(old: Source, new: Source) -> list[str]:
     """What makes images/s of the same cell measure something else: the machine's cores, the epoch's length
     (start-up is inside a short one), the batch, the timed epochs, the window rule (one measured under it, the
     other not, or under another: throughput's window-rule diff)."""
-    out = setup_diffs(_setup(old.doc), _setup(new.doc))
-    rule_o, rule_n = (s.doc["configuration"].get("window_rule") for s in (old, new))
+    rec_o, rec_n = recorded(old.doc), recorded(new.doc)
+    out = setup_diffs(_setup(old.doc, rec_o), _setup(new.doc, rec_n))
+    rule_o, rule_n = rec_o.window_rule, rec_n.window_rule
     if (rule_o or rule_n) and rule_o != rule_n:
         fixed = "fixed: {} timed epochs after a warm-up epoch"
-        out.append(f"window ({rule_o or fixed.format(old.doc['configuration'].get('epochs'))} vs "
-                   f"{rule_n or fixed.format(new.doc['configuration'].get('epochs'))})")
+        out.append(f"window ({rule_o or fixed.format(rec_o.epochs)} vs {rule_n or fixed.format(rec_n.epochs)})")
     return out
 
 

@@ -7,7 +7,11 @@ from typing import TYPE_CHECKING, Any
 from ...reports.format import table
 from ..data.caveats import FFCV_MACHINE, cell_caveats, partial_caveat
 from ..data.loaders import GPU_LOADERS
-from .table import has_window_rule, rows, table_rows
+from ..data.results import Epoch
+from . import results
+from .config import DataloadRecorded, recorded
+from .results import DataloadCell
+from .table import rows, table_rows
 
 if TYPE_CHECKING:
     from ...reports.sources import Source
@@ -30,14 +34,14 @@ def caveats_protocol(src: Source) -> list[str]:
     """Epochs too short for the rate to be a steady one: the first batch's wait is inside the timed window
     (FFCV's figures are ImageNet epochs of 1.28 M images, where it is negligible). Named per cell. Only for
     artifacts from before the window rule: under it the start-up is in the warm-up epoch, reported apart."""
-    if has_window_rule(src.doc):
+    if recorded(src.doc).has_window_rule:
         return []
     hit = []
-    for c in src.doc["results"]:
-        shares = [e["first_batch_seconds"] / e["seconds"] for r in c["runs"] for e in r.get("epochs") or []
-                  if e.get("first_batch_seconds") is not None and e.get("seconds")]
+    for c in results.cells(src.doc):
+        shares = [e.first_batch_seconds / e.seconds for r in c.runs for e in r.epochs or ()
+                  if isinstance(e, Epoch) and e.first_batch_seconds is not None and e.seconds]
         if shares and max(shares) >= START_SHARE:
-            hit.append(f"{c['loader']} {c['encoding']}@{c['side']} {c['source']} w={c['workers']} "
+            hit.append(f"{c.loader} {c.encoding}@{c.side} {c.source} w={c.workers} "
                        f"({min(shares):.0%}–{max(shares):.0%})")
     if not hit:
         return []
@@ -95,47 +99,48 @@ NO_RATIOS = f"_No loader beside {BASELINE} with a figure on the same data, sourc
 
 def gpu_users(src: Source) -> list[str]:
     """The GPU loaders that ran (a run recorded) in this result: what used the GPU; a CPU loader never did."""
-    ran = [c["loader"] for c in src.doc["results"] if c["loader"] in GPU_LOADERS and c.get("runs")]
+    ran = [c.loader for c in results.cells(src.doc) if c.loader in GPU_LOADERS and c.runs]
     return [f"{ld} (decode)" for ld in dict.fromkeys(ran)]
 
 
 def measured(doc: dict[str, Any]) -> list[list[str]]:
-    c = doc["configuration"]
+    c = recorded(doc)
     return [["Question", "data-loading images/s of each loader's pipeline (no training)"],
-            ["Pipeline", c.get("pipeline", "")],
-            ["Loaders", ", ".join(c["loaders"])],
-            ["Data", f"{', '.join(c['encodings'])} at max side {', '.join(map(str, c['sides']))} px; corpus "
-                     f"`{c['corpus']}`" + (f", first {c['limit']:,} images" if c.get("limit") else "")],
-            ["Sources", "; ".join(f"{k}: {v}" for k, v in (c.get("sources_meaning") or {}).items()
-                                  if k in c["sources"])],
-            ["Speed rule", _window_speed_rule(c) if has_window_rule(doc) else
-                           f"batch {c['batch']}; one warm-up epoch, then {c['epochs']} timed epoch(s); images/s = "
-                           f"images ÷ timed wall time; {c['runs']} run{'s' if c['runs'] != 1 else ''} per cell, each a fresh process; median and "
+            ["Pipeline", c.pipeline],
+            ["Loaders", ", ".join(c.loaders)],
+            ["Data", f"{', '.join(c.encodings)} at max side {', '.join(map(str, c.sides))} px; corpus "
+                     f"`{c.corpus}`" + (f", first {c.limit:,} images" if c.limit else "")],
+            ["Sources", "; ".join(f"{k}: {v}" for k, v in (c.sources_meaning or {}).items()
+                                  if k in c.sources)],
+            ["Speed rule", _window_speed_rule(c) if c.has_window_rule else
+                           f"batch {c.batch}; one warm-up epoch, then {c.epochs} timed epoch(s); images/s = "
+                           f"images ÷ timed wall time; {c.runs} run{'s' if c.runs != 1 else ''} per cell, each a fresh process; median and "
                            f"a distribution-free interval of the median"],
-            ["Workers", ", ".join(map(str, c["workers"]))],
-            ["Timeout", f"{c['timeout_s']:,.0f} s per run"]]
+            ["Workers", ", ".join(map(str, c.workers))],
+            ["Timeout", f"{c.timeout_s:,.0f} s per run"]]
 
 
-def _window_speed_rule(c: dict[str, Any]) -> str:
+def _window_speed_rule(c: DataloadRecorded) -> str:
     from ...core.steadiness import MAX_INTERVAL_SPREAD
 
-    runs = f"{c['runs']} run{'s' if c['runs'] != 1 else ''} per cell"
-    return (f"batch {c['batch']}; the warm-up epoch's time to its first batch is the loader's start-up (the "
-            f"start-up s column, not in images/s); the window: {c['window_rule']}; images/s = the window's images "
+    runs = f"{c.runs} run{'s' if c.runs != 1 else ''} per cell"
+    return (f"batch {c.batch}; the warm-up epoch's time to its first batch is the loader's start-up (the "
+            f"start-up s column, not in images/s); the window: {c.window_rule}; images/s = the window's images "
             f"÷ its wall time (the steady rate); steady when every run's first and second half of batches agree within "
-            f"{c['steady_tolerance']:.0%} and the interval spans at most {MAX_INTERVAL_SPREAD:.0%} of the median; "
+            f"{c.steady_tolerance:.0%} and the interval spans at most {MAX_INTERVAL_SPREAD:.0%} of the median; "
             f"{runs}, each a fresh process; median and a distribution-free interval of the median")
 
 
-def _label(c: dict[str, Any]) -> str:
-    return f"{c['loader']} {c['encoding']}@{c['side']} {c['source']}, {_workers(c['workers'])}"
+def _label(c: DataloadCell) -> str:
+    return f"{c.loader} {c.encoding}@{c.side} {c.source}, {_workers(c.workers)}"
 
 
 def caveats(src: Source) -> list[str]:
     """A failed cell, and one whose median rests on fewer runs than asked, named with why."""
-    out = cell_caveats(src.doc, _label, src.doc["configuration"].get("runs"))
-    unsteady = [f"{_label(c)} ({(c.get('steadiness') or {}).get('why')})" for c in src.doc["results"]
-                if c.get("status") == "ok" and (c.get("steadiness") or {}).get("steady") is False]
+    typed = results.cells(src.doc)
+    out = cell_caveats(typed, _label, recorded(src.doc).runs)
+    unsteady = [f"{_label(c)} ({c.steadiness.why})" for c in typed
+                if c.ok and c.steadiness and c.steadiness.steady is False]
     if unsteady:
         out.append(f"**Not steady** — {'; '.join(unsteady)}: the figure is kept, but it moves with the window; "
                    "read it as a range, not a rank (a longer --window-seconds or more --runs).")
@@ -143,9 +148,10 @@ def caveats(src: Source) -> list[str]:
 
 
 def interrupted(src: Source) -> str:
-    c = src.doc["configuration"]
-    planned = len(c["loaders"]) * len(c["encodings"]) * len(c["sides"]) * len(c["sources"]) * len(c["workers"])
-    return partial_caveat(src, _label, planned, "loader × data × source × workers cells", c.get("runs"))
+    c = recorded(src.doc)
+    planned = len(c.loaders) * len(c.encodings) * len(c.sides) * len(c.sources) * len(c.workers)
+    return partial_caveat(src, _label, planned, "loader × data × source × workers cells", c.runs,
+                          cells=results.cells(src.doc))
 
 
 def _workers(n: int) -> str:

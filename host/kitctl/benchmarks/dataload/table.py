@@ -7,54 +7,56 @@ from ...core.stats import median
 from ..data.caveats import FFCV_PUBLISHED_LOAD
 from ...reports.format import interval, unfinished
 from ...core.loader_window import steady_text
+from .config import DataloadConfig, DataloadRecorded, recorded
+from .results import DataloadCell, cells
 
 
 def rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    rec = recorded(doc)
     out = []
-    for c in doc["results"]:
-        s = c.get("summary") or {}
-        cores = next((r.get("cpu_count") for r in c["runs"] if r.get("cpu_count")), None)
-        out.append({"loader": c["loader"], "encoding": c["encoding"], "side": c["side"],
-                    "source": source_label(doc, c["source"]),
-                    "workers": c["workers"], "status": c["status"], "reason": c.get("reason", ""),
-                    "median": s.get("median"), "ci_low": s.get("ci_low"), "ci_high": s.get("ci_high"),
-                    "ci_level": s.get("ci_level"), "runs": len(c["runs"]), "cores": cores,
-                    "runs_ok": sum(1 for r in c["runs"] if r.get("status") == "ok"),
-                    "per_worker": s["median"] / c["workers"] if s.get("median") else None,
-                    "ffcv_published": FFCV_PUBLISHED_LOAD.get((c["loader"], c["encoding"], c["side"], c["source"])),
+    for c in cells(doc):
+        s = c.summary
+        mid, low, high, level = (s.median, s.ci_low, s.ci_high, s.ci_level) if s else (None, None, None, None)
+        cores = next((r.cpu_count for r in c.runs if r.cpu_count), None)
+        out.append({"loader": c.loader, "encoding": c.encoding, "side": c.side,
+                    "source": source_label(rec, c.source),
+                    "workers": c.workers, "status": c.status, "reason": c.reason,
+                    "median": mid, "ci_low": low, "ci_high": high, "ci_level": level, "runs": len(c.runs),
+                    "cores": cores,
+                    "runs_ok": c.runs_ok,
+                    "per_worker": mid / c.workers if mid else None,
+                    "ffcv_published": FFCV_PUBLISHED_LOAD.get((c.loader, c.encoding, c.side, c.source)),
                     **window_columns(c)})
     return out
 
 
-def window_columns(c: dict[str, Any]) -> dict[str, Any]:
+def window_columns(c: DataloadCell) -> dict[str, Any]:
     """A cell's start-up (median over its runs, apart from the steady figure), its window (median images and
     seconds over its runs) and steadiness; None where the runs were timed before the window rule."""
-    def med(key: str) -> float | None:
-        xs = [r[key] for r in c["runs"] if r.get("status") == "ok" and isinstance(r.get(key), (int, float))]
+    ok = [r for r in c.runs if r.ok]
+
+    def med(xs: list[Any]) -> float | None:
+        xs = [x for x in xs if isinstance(x, (int, float))]
         return median(xs) if xs else None
 
-    st = c.get("steadiness") or {}
-    return {"startup": med("startup_seconds"), "window_images": med("images"), "window_s": med("window_seconds"),
-            "steady": st.get("steady"), "steady_why": st.get("why")}
+    st = c.steadiness
+    return {"startup": med([r.startup_seconds for r in ok]), "window_images": med([r.images for r in ok]),
+            "window_s": med([r.window_seconds for r in ok]),
+            "steady": st.steady if st is not None else None, "steady_why": st.why if st is not None else None}
 
 
-def has_window_rule(doc: dict[str, Any]) -> bool:
-    """Whether the run was measured under the window rule (artifacts from before it keep their table)."""
-    return isinstance(doc["configuration"].get("window_rule"), str)
-
-
-def source_label(doc: dict[str, Any], source: str) -> str:
+def source_label(rec: DataloadRecorded | DataloadConfig, source: str) -> str:
     """cold, or `cold @ N MB/s` when the run capped the loaders' reads (--read-mbps)."""
-    mbps = doc["configuration"].get("read_mbps")
+    mbps = rec.read_mbps
     return f"cold @ {mbps:g} MB/s" if source == "cold" and mbps else source
 
 
-def unfinished_text(doc: dict[str, Any], r: dict[str, Any]) -> str:
-    return unfinished(r["status"], r["reason"], r["runs_ok"], doc["configuration"].get("runs"))
+def unfinished_text(rec: DataloadRecorded, r: dict[str, Any]) -> str:
+    return unfinished(r["status"], r["reason"], r["runs_ok"], rec.runs)
 
 
 def all_ok(doc: dict[str, Any]) -> bool:
-    return bool(doc["results"]) and all(c["status"] == "ok" for c in doc["results"])
+    return bool(doc["results"]) and all(c.ok for c in cells(doc))
 
 
 def _n(x: Any) -> str:
@@ -62,15 +64,16 @@ def _n(x: Any) -> str:
 
 
 def table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    if has_window_rule(doc):
-        return window_table_rows(doc)
+    rec = recorded(doc)
+    if rec.has_window_rule:
+        return window_table_rows(doc, rec)
     head = ["Loader", "Data", "Source", "Workers", "images/s (median)", "interval", "per worker", "runs",
             "FFCV published (96 vCPU)"]
     body = []
     for r in rows(doc):
         data = f"{r['encoding']}@{r['side']}"
         if r["status"] != "ok":
-            body.append([r["loader"], data, r["source"], str(r["workers"]), unfinished_text(doc, r), "", "", str(r["runs"]), ""])
+            body.append([r["loader"], data, r["source"], str(r["workers"]), unfinished_text(rec, r), "", "", str(r["runs"]), ""])
             continue
         ci = interval(r["ci_level"], r["ci_low"], r["ci_high"], digits=0)
         body.append([r["loader"], data, r["source"], str(r["workers"]), _n(r["median"]),
@@ -79,7 +82,7 @@ def table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return head, body
 
 
-def window_table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+def window_table_rows(doc: dict[str, Any], rec: DataloadRecorded) -> tuple[list[str], list[list[str]]]:
     """Under the window rule: the steady figure, the start-up apart, the window's images and seconds, steadiness."""
     head = ["Loader", "Data", "Source", "Workers", "images/s (median, steady)", "interval", "per worker", "start-up s",
             "window", "steady", "runs", "FFCV published (96 vCPU)"]
@@ -87,7 +90,7 @@ def window_table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     for r in rows(doc):
         data = f"{r['encoding']}@{r['side']}"
         if r["status"] != "ok":
-            body.append([r["loader"], data, r["source"], str(r["workers"]), unfinished_text(doc, r), "", "", "", "", "",
+            body.append([r["loader"], data, r["source"], str(r["workers"]), unfinished_text(rec, r), "", "", "", "", "",
                          str(r["runs"]), ""])
             continue
         ci = interval(r["ci_level"], r["ci_low"], r["ci_high"], digits=0)
@@ -106,7 +109,7 @@ def print_table(console, doc: dict[str, Any], final) -> None:
     t = Table(title=f"Data loading, images/s (decode → RandomResizedCrop 224 → flip) — {final}")
     for h in head:
         t.add_column(h, justify="left" if h in ("Loader", "Data", "Source") else "right")
-    if has_window_rule(doc):
+    if recorded(doc).has_window_rule:
         body = [[*r[:9], "[yellow]NOT STEADY[/yellow]" if r[9] == "NOT STEADY" else r[9], *r[10:]] for r in body]
     for r in body:
         t.add_row(*r)

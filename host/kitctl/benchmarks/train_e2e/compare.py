@@ -8,6 +8,7 @@ from typing import Any
 
 from ...reports.compare import Comparer, data_context, median_change, median_text, setup_diffs
 from ...reports.sources import Source
+from .config import recorded
 from .table import rows
 
 
@@ -26,10 +27,10 @@ def train_rows(src: Source) -> list[TrainRow]:
 
 
 def _setup(doc: dict[str, Any]) -> dict[str, Any]:
-    c = doc["configuration"]
-    return {"cores": (doc.get("host") or {}).get("cpu_count"),
-            **{k: c.get(k) for k in ("batch", "steps", "warmup", "workers", "encoding", "side", "limit",
-                                     "precision", "device")}}
+    c = recorded(doc)
+    return {"cores": (doc.get("host") or {}).get("cpu_count"), "batch": c.batch, "steps": c.steps,
+            "warmup": c.warmup, "workers": c.workers, "encoding": c.encoding, "side": c.side, "limit": c.limit,
+            "precision": c.precision, "device": c.device}
 
 
 def _data_diffs(old: Source, new: Source) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .results import cells
 from .table import rows
 
 
@@ -38,7 +39,7 @@ def plots(sources: list[Any], out_dir: Path) -> list[Any]:
                 b.notes.append("")
                 b.err_low.append(max(0.0, median - low) if low is not None else 0.0)
                 b.err_high.append(max(0.0, high - median) if high is not None else 0.0)
-        device = next((r.get("device") for c in src.doc["results"] for r in c["runs"] if r.get("device")), "?")
+        device = next((r.device for c in cells(src.doc) for r in c.runs if r.device), "?")
         title = f"Training fed by each loader vs synthetic on-device data ({device})"
         legend_colors = {**({"synthetic data (the upper bound)": SYNTHETIC_COLOR}
                             if any(p[0] == "synthetic" for pts in ss.values() for p in pts) else {}), **colors}

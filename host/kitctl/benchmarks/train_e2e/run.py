@@ -4,55 +4,37 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ...core.stats import summarize
+from ...core.typed import from_json, to_json
 from ..data.loaders import LOADER_FORMAT as FORMAT_OF
 from ..data.corpus import corpus_images, corpus_key
 from ..data.datasets import dataset_dir, prepare_datasets
 from ..data.recorded import kept_runs, measured
+from ..data.results import Steadiness, Summary, Window, updated
 from ..data.session import save
 from ..data.trial import Where, run_on_dataset
 from .config import TrainE2EConfig
-
-FIGURES = ("train_images_per_second", "loader_images_per_second", "busy_fraction", "data_wait_fraction",
-           "window_seconds", "warmup_seconds", "images", "steps", "data_wait_seconds", "loader_images",
-           "loader_seconds", "final_loss", "loss_after_warmup", "precision", "device", "parameters", "impl",
-           "layout", "busy_basis", "resident_before", "drained_batches", "epoch_starts_in_window",
-           "loader_epoch_starts", "cpu_count", "versions", "step_losses", "first_nonfinite_loss", "decode_check",
-           "loader_alone", "loader_startup_seconds")
+from .results import TrainE2ECell, TrainE2ERun, TrainE2ESummary, cells
 
 
-def find(doc: dict[str, Any], key: tuple[str, str]) -> dict[str, Any] | None:
-    return next((c for c in doc["results"] if (c["model"], c["loader"]) == key), None)
-
-
-def run_figures(tr) -> dict[str, Any]:
-    r = tr.result or {}
-    ok = tr.status == "ok" and isinstance(r.get("train_images_per_second"), (int, float))
-    out = {k: r.get(k) for k in FIGURES}
-    if not ok:
-        out["train_images_per_second"] = None
-    return out
-
-
-def summaries(runs: list[dict[str, Any]], level: float) -> dict[str, Any]:
+def summaries(runs: tuple[TrainE2ERun, ...], level: float) -> TrainE2ESummary:
     """Median and interval of each per-run figure the table reads (the loader's own rate: real loaders only)."""
-    out = {"train": summarize([r["train_images_per_second"] for r in runs], level),
-           "busy": summarize([r["busy_fraction"] for r in runs], level)}
-    loader = [r["loader_images_per_second"] for r in runs if isinstance(r.get("loader_images_per_second"), (int, float))]
-    out["loader"] = summarize(loader, level) if loader else None
-    startup = [r["loader_startup_seconds"] for r in runs if isinstance(r.get("loader_startup_seconds"), (int, float))]
-    if startup:  # under the window rule: the loader's start-up, apart from its steady figure
-        out["loader_startup"] = summarize(startup, level)
-    return out
+    loader = [r.loader_images_per_second for r in runs if isinstance(r.loader_images_per_second, (int, float))]
+    startup = [r.loader_startup_seconds for r in runs if isinstance(r.loader_startup_seconds, (int, float))]
+    # under the window rule: the loader's start-up, apart from its steady figure (absent where no run had one)
+    return TrainE2ESummary(train=Summary.of([r.train_images_per_second for r in runs], level),
+                           busy=Summary.of([r.busy_fraction for r in runs], level),
+                           loader=Summary.of(loader, level) if loader else None,
+                           loader_startup=Summary.of(startup, level) if startup else None,
+                           recorded_keys=("train", "busy", "loader"))
 
 
-def loader_steadiness(runs: list[dict[str, Any]], summary: dict[str, Any] | None, tolerance: float) -> dict[str, Any]:
+def loader_steadiness(runs: tuple[TrainE2ERun, ...], summary: Summary | None, tolerance: float) -> Steadiness:
     """The loader-alone window's steadiness over a cell's runs, by throughput's rule (cell_steadiness)."""
     from ...core.steadiness import cell_steadiness
 
-    judged = [{"run": r["run"], "steady": ((r.get("loader_alone") or {}).get("window") or {}).get("steady")}
-              for r in runs]
-    return cell_steadiness(judged, summary, tolerance)
+    judged = [{"run": r.run, "steady": r.loader_alone.window.steady
+               if r.loader_alone is not None and isinstance(r.loader_alone.window, Window) else None} for r in runs]
+    return from_json(Steadiness, cell_steadiness(judged, to_json(summary), tolerance))
 
 
 def run(cfg: TrainE2EConfig, store, doc: dict[str, Any], note: Callable[[str], None]) -> None:
@@ -62,16 +44,20 @@ def run(cfg: TrainE2EConfig, store, doc: dict[str, Any], note: Callable[[str], N
     save(store, doc)
     n = corpus_images(cfg.corpus, cfg.limit)
     corpus_id = corpus_key(cfg.corpus)
+    recorded = cells(doc)  # a resumed run's cells, read once: each is written back in its place
+    at: dict[tuple, int] = {}
+    for i, c in enumerate(recorded):
+        at.setdefault(c.key, i)
     for key in cfg.cells():
         model, loader = key
-        cell = find(doc, key)
-        if cell is None:
-            cell = {"model": model, "loader": loader, "status": "pending", "reason": "", "runs": [], "summary": None}
-            doc["results"].append(cell)
+        if key in at:
+            idx, cell = at[key], recorded[at[key]]
+        else:
+            idx, cell = len(doc["results"]), TrainE2ECell.pending(model, loader)
+            doc["results"].append(to_json(cell))
         # A resumed cell keeps its passing runs (a failed or edited one is run again) and its figures are derived
         # from them again, whatever its recorded summary says (data/recorded.py).
-        cell["runs"] = kept_runs(cell["runs"], "train_images_per_second")
-        cell["status"], cell["reason"] = "pending", ""
+        cell = updated(cell, runs=kept_runs(cell.runs), status="pending", reason="")
         argv = ["train", "--loader", loader, "--model", model, "--precision", cfg.precision, "--device", cfg.device,
                 "--workers", str(cfg.workers), "--batch", str(cfg.batch), "--warmup", str(cfg.warmup),
                 "--steps", str(cfg.steps), *(cfg.window.flags() if cfg.window else [])]
@@ -80,24 +66,26 @@ def run(cfg: TrainE2EConfig, store, doc: dict[str, Any], note: Callable[[str], N
             fmt = FORMAT_OF[loader]
             why = problems.get((fmt, cfg.encoding, cfg.side))
             ds = dataset_dir(cfg.data_dir, n, fmt, cfg.encoding, cfg.side, corpus_id)
-        while why is None and len(cell["runs"]) < cfg.runs:
-            i = len(cell["runs"]) + 1
+        while why is None and len(cell.runs) < cfg.runs:
+            i = len(cell.runs) + 1
             tr = run_on_dataset(where, "train-e2e", cfg.image(loader), argv, ds, cfg.timeout_s)
-            figs = run_figures(tr)
-            cell["runs"].append({"run": i, **tr.to_json(), **figs})
-            if figs["train_images_per_second"] is None:
-                why = f"run {i}/{cfg.runs} failed — {tr.status}: {tr.error}"
+            r = TrainE2ERun.of_trial(i, tr)
+            cell = updated(cell, runs=(*cell.runs, r))
+            doc["results"][idx] = to_json(cell)
+            if r.train_images_per_second is None:
+                why = f"run {i}/{cfg.runs} failed — {r.status}: {r.error}"
             else:
-                own = figs["loader_images_per_second"]
-                note(f"{model} {loader} run {i}/{cfg.runs}: {figs['train_images_per_second']:,.1f} training "
-                     f"images/s, busy {figs['busy_fraction']:.0%}" + (f", loader alone {own:,.1f} images/s" if own else ""))
+                own = r.loader_images_per_second
+                note(f"{model} {loader} run {i}/{cfg.runs}: {r.train_images_per_second:,.1f} training "
+                     f"images/s, busy {r.busy_fraction:.0%}" + (f", loader alone {own:,.1f} images/s" if own else ""))
             save(store, doc)
-        if why is not None and not measured(cell["runs"], "train_images_per_second", cfg.runs):
-            cell.update(status="failed", reason=why, summary=None)
+        if why is not None and not measured(cell.runs, cfg.runs):
+            cell = updated(cell, status="failed", reason=why, summary=None)
             note(f"{model} {loader}: FAILED, {why}")
         else:
-            cell.update(status="ok", summary=summaries(cell["runs"], cfg.ci_level))
-            if cfg.window is not None and cell["summary"]["loader"] is not None:
-                cell["loader_steadiness"] = loader_steadiness(cell["runs"], cell["summary"]["loader"],
-                                                              cfg.window.tolerance)
+            cell = updated(cell, status="ok", summary=summaries(cell.runs, cfg.ci_level))
+            if cfg.window is not None and cell.summary.loader is not None:
+                cell = updated(cell, loader_steadiness=loader_steadiness(cell.runs, cell.summary.loader,
+                                                                         cfg.window.tolerance))
+        doc["results"][idx] = to_json(cell)
         save(store, doc)

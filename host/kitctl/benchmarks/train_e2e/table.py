@@ -6,41 +6,46 @@ from typing import Any
 
 from ...reports.format import interval, unfinished
 from ...core.loader_window import steady_text
+from ..data.results import Summary
+from .config import TrainE2ERecorded, recorded
+from .results import cells
 
 # A loader "keeps the GPU busy" when its training images/s reach this share of synthetic's (the same model, medians).
 KEEPS_BUSY = 0.95
 
 
-def _median(s: dict[str, Any] | None) -> float | None:
-    return (s or {}).get("median")
+def _median(s: Summary | None) -> float | None:
+    return s.median if s is not None else None
 
 
 def rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    synth = {c["model"]: _median((c.get("summary") or {}).get("train")) for c in doc["results"]
-             if c["loader"] == "synthetic" and c["status"] == "ok"}
+    typed = cells(doc)
+    synth = {c.model: _median(c.summary.train if c.summary else None) for c in typed
+             if c.loader == "synthetic" and c.ok}
     out = []
-    for c in doc["results"]:
-        s = c.get("summary") or {}
-        train = s.get("train") or {}
-        up = synth.get(c["model"])
-        out.append({"model": c["model"], "loader": c["loader"], "status": c["status"], "reason": c.get("reason", ""),
-                    "train": train.get("median"), "ci_low": train.get("ci_low"), "ci_high": train.get("ci_high"),
-                    "ci_level": train.get("ci_level"), "loader_alone": _median(s.get("loader")),
-                    "busy": _median(s.get("busy")), "runs": len(c["runs"]),
-                    "runs_ok": sum(1 for r in c["runs"] if r.get("status") == "ok"),
-                    "loader_startup": _median(s.get("loader_startup")),
-                    "loader_steady": (c.get("loader_steadiness") or {}).get("steady"),
-                    "loader_steady_why": (c.get("loader_steadiness") or {}).get("why"),
-                    "precision": next((r.get("precision") for r in c["runs"] if r.get("precision")), None),
-                    "of_synthetic": train["median"] / up if up and train.get("median") is not None else None})
+    for c in typed:
+        s = c.summary
+        train = s.train if s else None
+        mid = train.median if train else None
+        up = synth.get(c.model)
+        st = c.loader_steadiness
+        out.append({"model": c.model, "loader": c.loader, "status": c.status, "reason": c.reason,
+                    "train": mid, "ci_low": train.ci_low if train else None,
+                    "ci_high": train.ci_high if train else None, "ci_level": train.ci_level if train else None,
+                    "loader_alone": _median(s.loader if s else None),
+                    "busy": _median(s.busy if s else None), "runs": len(c.runs), "runs_ok": c.runs_ok,
+                    "loader_startup": _median(s.loader_startup if s else None),
+                    "loader_steady": st.steady if st else None, "loader_steady_why": st.why if st else None,
+                    "precision": next((r.precision for r in c.runs if r.precision), None),
+                    "of_synthetic": mid / up if up and mid is not None else None})
     return out
 
 
-def busy_what(doc: dict[str, Any]) -> str:
+def busy_what(doc: dict[str, Any], rec: TrainE2ERecorded | None = None) -> str:
     """What a loader keeps busy: the GPU; on a CPU run (every run recorded device cpu, or the run was
     asked for the CPU) the trainer, since there is no GPU to speak of."""
-    devices = {r.get("device") for c in doc["results"] for r in c.get("runs", []) if r.get("device")}
-    asked = (doc.get("configuration") or {}).get("device")
+    devices = {r.device for c in cells(doc) for r in c.runs if r.device}
+    asked = (rec or recorded(doc)).device
     return "trainer" if devices == {"cpu"} or (not devices and asked == "cpu") else "GPU"
 
 
@@ -70,27 +75,23 @@ def verdict(doc: dict[str, Any]) -> list[str]:
 
 
 def all_ok(doc: dict[str, Any]) -> bool:
-    return bool(doc["results"]) and all(c["status"] == "ok" for c in doc["results"])
+    return bool(doc["results"]) and all(c.ok for c in cells(doc))
 
 
 def _n(x: Any) -> str:
     return "—" if x is None else f"{x:,.1f}"
 
 
-def has_window_rule(doc: dict[str, Any]) -> bool:
-    """Whether the loader alone was measured under the window rule (artifacts from before it keep their table)."""
-    return isinstance(doc["configuration"].get("window_rule"), str)
-
-
 def table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    if has_window_rule(doc):
-        return window_table_rows(doc)
-    head = ["Model", "Loader", "training images/s (median)", "interval", "of synthetic", f"{busy_what(doc)} busy",
+    rec = recorded(doc)
+    if rec.has_window_rule:
+        return window_table_rows(doc, rec)
+    head = ["Model", "Loader", "training images/s (median)", "interval", "of synthetic", f"{busy_what(doc, rec)} busy",
             "loader alone images/s", "runs"]
     body = []
     for r in rows(doc):
         if r["status"] != "ok":
-            body.append([r["model"], r["loader"], unfinished(r["status"], r["reason"], r["runs_ok"], doc["configuration"].get("runs")), "", "", "", "", str(r["runs"])])
+            body.append([r["model"], r["loader"], unfinished(r["status"], r["reason"], r["runs_ok"], rec.runs), "", "", "", "", str(r["runs"])])
             continue
         body.append([r["model"], r["loader"], _n(r["train"]), interval(r["ci_level"], r["ci_low"], r["ci_high"]),
                      "—" if r["of_synthetic"] is None else f"{r['of_synthetic']:.0%}",
@@ -99,15 +100,15 @@ def table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return head, body
 
 
-def window_table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+def window_table_rows(doc: dict[str, Any], rec: TrainE2ERecorded) -> tuple[list[str], list[list[str]]]:
     """Under the window rule: the loader alone's steady figure beside training images/s, its start-up apart and
     its window's steadiness."""
     head = ["Model", "Loader", "training images/s (median)", "interval", "loader alone images/s (steady)",
-            "loader start-up s", "loader steady", "of synthetic", f"{busy_what(doc)} busy", "runs"]
+            "loader start-up s", "loader steady", "of synthetic", f"{busy_what(doc, rec)} busy", "runs"]
     body = []
     for r in rows(doc):
         if r["status"] != "ok":
-            body.append([r["model"], r["loader"], unfinished(r["status"], r["reason"], r["runs_ok"], doc["configuration"].get("runs")), "", "", "", "", "", "", str(r["runs"])])
+            body.append([r["model"], r["loader"], unfinished(r["status"], r["reason"], r["runs_ok"], rec.runs), "", "", "", "", "", "", str(r["runs"])])
             continue
         synth = r["loader"] == "synthetic"
         body.append([r["model"], r["loader"], _n(r["train"]), interval(r["ci_level"], r["ci_low"], r["ci_high"]),
@@ -126,7 +127,7 @@ def print_table(console, doc: dict[str, Any], final) -> None:
     t = Table(title=f"Training fed by each loader vs synthetic on-device data — {final}")
     for h in head:
         t.add_column(h, justify="left" if h in ("Model", "Loader") else "right")
-    if has_window_rule(doc):
+    if recorded(doc).has_window_rule:
         body = [[*r[:6], "[yellow]NOT STEADY[/yellow]" if r[6] == "NOT STEADY" else r[6], *r[7:]] for r in body]
     for r in body:
         t.add_row(*r)
