@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...core.recorded import read_view
+from ...core.recorded import view
 from ...core.typed import Record, from_json
 from .results import Summary
 
@@ -94,7 +94,7 @@ def _windowed(doc: dict[str, Any], benchmark: str) -> _Recorded | None:
     """The recorded configuration of a `benchmark` artifact measured under the window rule (else None)."""
     if doc.get("benchmark") != benchmark:
         return None
-    rec = read_view(_Recorded, doc.get("configuration"))
+    rec = view(_Recorded, doc)
     return rec if rec.window_images is not None else None
 
 

@@ -12,6 +12,7 @@ from ...core import artifact as art
 from ...core import signals
 from ...core.gpu import detect_gpu
 from ...core.provenance import host_info
+from ...core.recorded import configuration
 from ...core.signals import Interrupted
 from ...errors import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, Exit, Fail, fail
 
@@ -34,7 +35,7 @@ def open_store(benchmark: str, results_dir: Path, resume: Path | None,
             if doc.get("benchmark") != benchmark:
                 store.release()
                 raise Fail(f"--resume {resume}: a {doc.get('benchmark')} artifact, not {benchmark}")
-            cfg = config_of(doc["configuration"])
+            cfg = config_of(configuration(doc))
             doc.setdefault("resumes", []).append({"argv": sys.argv, "utc": art.utc_iso()})
             doc["state"] = "running"
             return store, doc, cfg

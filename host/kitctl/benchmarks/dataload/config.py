@@ -15,7 +15,7 @@ from ..data.loaders import DATA_ENCODINGS, GPU_LOADERS, LOADER_FORMAT, LOADER_NA
 from ..data.throttle import ReadCap, block_device
 from ...core.gpu import detect_gpu
 from ...core.loader_window import LoaderWindow
-from ...core.recorded import read_view
+from ...core.recorded import view
 
 LOADERS = LOADER_NAMES
 FORMAT_OF, ENCODINGS = LOADER_FORMAT, DATA_ENCODINGS  # which format each loader reads; what a dataset can hold
@@ -203,4 +203,4 @@ class DataloadRecorded:
 
 def recorded(doc: dict[str, Any]) -> DataloadRecorded:
     """What a dataload artifact's configuration recorded (read once per document by each reader)."""
-    return read_view(DataloadRecorded, doc.get("configuration"))
+    return view(DataloadRecorded, doc)

@@ -17,7 +17,7 @@ from ...core.gpu import detect_gpu
 from ...errors import Fail
 from ...run.config import DataLaunch, check_counts
 from ...core.loader_window import STEADY_TOLERANCE, LoaderWindow
-from ...core.recorded import read_view
+from ...core.recorded import view
 
 # dali-gpu's batches stay in DALI's GPU tensors (no hand-off to torch in the trial yet)
 LOADERS = ("synthetic", *TRAIN_LOADERS)
@@ -212,4 +212,4 @@ class TrainE2ERecorded:
 
 def recorded(doc: dict[str, Any]) -> TrainE2ERecorded:
     """What a train-e2e artifact's configuration recorded (read once per document by each reader)."""
-    return read_view(TrainE2ERecorded, doc.get("configuration"))
+    return view(TrainE2ERecorded, doc)
