@@ -10,14 +10,14 @@ import re
 from pathlib import Path
 
 from kitctl.benchmarks.data.recorded import kept_runs, measured
-from kitctl.benchmarks.data.results import DataRun, Epoch, Steadiness, Summary, Window, updated
+from kitctl.benchmarks.data.results import DataRun, Epoch, Steadiness, Summary, Window
 from kitctl.benchmarks.data.trial import TrialRun
 from kitctl.benchmarks.dataload import results as dl
 from kitctl.benchmarks.dataload.config import DataloadConfig, DataloadRecorded
 from kitctl.benchmarks.train_e2e import results as e2e
 from kitctl.benchmarks.train_e2e.config import TrainE2EConfig, TrainE2ERecorded
 from kitctl.core.loader_window import LoaderWindow
-from kitctl.core.typed import from_json, record_fields, to_json
+from kitctl.core.typed import from_json, record_fields, to_json, updated
 
 ROOT = Path(__file__).resolve().parents[1]
 HOST = ROOT / "host" / "kitctl"

@@ -12,7 +12,7 @@ from pathlib import Path
 from kitctl.benchmarks.throughput.config import ThroughputConfig
 from kitctl.benchmarks.throughput.energy import FIELDS, window_energy, window_readings
 from kitctl.benchmarks.throughput.results import (PENDING_KEYS, CellEnergy, CellSteadiness, RunEnergy, ThroughputCell,
-                                                  ThroughputRun, ThroughputSummary, WindowReadings, cells, updated)
+                                                  ThroughputRun, ThroughputSummary, WindowReadings, cells)
 from kitctl.benchmarks.throughput.run import (ThroughputPlan, ThroughputRunner, new_throughput_cell, run_figures,
                                               run_quality, run_record)
 from kitctl.core.budget import make_budget
@@ -21,7 +21,7 @@ from kitctl.core.gpu import Telemetry
 from kitctl.core.outcome import MemoryPeaks, Status, TrialOutcome
 from kitctl.core.stats import summarize
 from kitctl.core.steadiness import cell_steadiness
-from kitctl.core.typed import from_json, record_fields, to_json
+from kitctl.core.typed import from_json, record_fields, to_json, updated
 from kitctl.run.document import new_doc
 from kitctl.run.session import base_request
 

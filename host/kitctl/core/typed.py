@@ -25,8 +25,12 @@ class Record:
     ones first."""
     # Keys the type does not know (a later kitctl's), written back after the known ones.
     extra: dict[str, Any] = field(default_factory=dict, kw_only=True, repr=False)
-    # The keys as they were recorded, in their order (empty: a record made here, not read).
-    recorded_keys: tuple[str, ...] = field(default=(), kw_only=True, repr=False, compare=False)
+    # The keys as they were recorded, in their order (None: a record made here, not read; `updated` adds keys set
+    # later, so a record's JSON keeps the order a dict's updates would have given it).
+    recorded_keys: tuple[str, ...] | None = field(default=None, kw_only=True, repr=False, compare=False)
+
+
+R = TypeVar("R", bound=Record)
 
 
 def record_fields(cls_or_obj: Any) -> tuple[dataclasses.Field, ...]:
@@ -48,9 +52,10 @@ def to_json(obj: Any) -> Any:
 
 def _record_json(obj: Record) -> dict[str, Any]:
     known = {f.name: f for f in record_fields(obj)}
-    recorded = set(obj.recorded_keys)
+    read = obj.recorded_keys is not None
+    recorded = set(obj.recorded_keys or ())
     out: dict[str, Any] = {}
-    for k in obj.recorded_keys:  # a record read from JSON: its keys in their order
+    for k in obj.recorded_keys or ():  # a record read from JSON: its keys in their order
         if k in known:
             out[k] = to_json(getattr(obj, k))
         elif k in obj.extra:
@@ -59,7 +64,7 @@ def _record_json(obj: Record) -> dict[str, Any]:
         if name in out:
             continue
         value = getattr(obj, name)
-        if obj.recorded_keys and name not in recorded and value == _default(f):
+        if read and name not in recorded and value == _default(f):
             continue  # absent where it was read, and still its default: absent again
         out[name] = to_json(value)
     for k, v in obj.extra.items():
@@ -91,6 +96,16 @@ def from_json(cls: type[T], data: Any) -> T:
     known = {f.name for f in fields}
     return cls(**kwargs, extra={k: v for k, v in data.items() if k not in known},  # type: ignore[call-arg]
                recorded_keys=tuple(data))
+
+
+def updated(record: R, **changes: Any) -> R:
+    """`record` with `changes`, written back as a dict's update writes them: a key it records keeps its place, a new
+    one comes after the others and is written even where its value is the default (a failed cell's `energy: null`).
+    A record made here (no recorded keys) writes every field anyway."""
+    if record.recorded_keys is None:
+        return dataclasses.replace(record, **changes)
+    keys = record.recorded_keys + tuple(k for k in changes if k not in record.recorded_keys)
+    return dataclasses.replace(record, **changes, recorded_keys=keys)
 
 
 class RecordError(ValueError):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any, Protocol, TypeVar
 
-from .results import updated
+from ...core.typed import updated
 
 # The trial computes the figure as images / seconds; JSON round-trips a float exactly, so only an edit differs.
 REL_TOLERANCE = 1e-9

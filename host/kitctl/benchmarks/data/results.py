@@ -4,13 +4,10 @@ loader measurement records of its epochs and window (`Epoch`, `Window`). Each be
 its results.py; core/typed.py turns them to and from the artifact's JSON, tests/test_typed_data.py checks them."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from dataclasses import dataclass
 
 from ...core.stats import summarize
 from ...core.typed import Record, from_json
-
-R = TypeVar("R", bound=Record)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,13 +98,3 @@ class Window(Record):
     second_half_ips: float | None = None
     halves_change: float | None = None
     steady: bool | None = None
-
-
-def updated(record: R, **changes: Any) -> R:
-    """`record` with `changes`, written back as a dict's update writes them: a key it records keeps its place, a new
-    one comes after the others and is written even where its value is the default (a finished cell's
-    `startup: null`). A record made here (no recorded keys) writes every field anyway."""
-    if not record.recorded_keys:
-        return replace(record, **changes)
-    keys = record.recorded_keys + tuple(k for k in changes if k not in record.recorded_keys)
-    return replace(record, **changes, recorded_keys=keys)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ...core.typed import from_json, to_json
+from ...core.typed import from_json, to_json, updated
 from ..data.corpus import corpus_images, corpus_key
 from ..data.datasets import dataset_dir, prepare_datasets
 from ..data.loaders import GPU_LOADERS
 from ..data.recorded import kept_runs, measured
-from ..data.results import Steadiness, Summary, updated
+from ..data.results import Steadiness, Summary
 from ..data.session import save
 from ..data.trial import Where, run_on_dataset
 from .config import FORMAT_OF, DataloadConfig

@@ -8,13 +8,10 @@ What is shared with max batch stays as recorded, plain JSON: a run's `peaks` and
 object), a cell's `trials` and `peak_vram`."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any
 
 from ...core.typed import Record, from_json
-
-R = TypeVar("R", bound=Record)
-
 
 @dataclass(frozen=True, kw_only=True)
 class WindowReadings(Record):
@@ -151,16 +148,6 @@ class ThroughputCell(Record):
     @property
     def failed(self) -> bool:
         return self.status == "failed"
-
-
-def updated(record: R, **changes: Any) -> R:
-    """`record` with `changes`, written back as a dict's update writes them: a key it records keeps its place, a new
-    one comes after the others and is written even where its value is the default (a failed cell's `energy: null`).
-    A record made here (no recorded keys) writes every field anyway."""
-    if not record.recorded_keys:
-        return replace(record, **changes)
-    keys = record.recorded_keys + tuple(k for k in changes if k not in record.recorded_keys)
-    return replace(record, **changes, recorded_keys=keys)
 
 
 def cells(doc: dict[str, Any]) -> list[ThroughputCell]:

@@ -21,11 +21,11 @@ from ...run.runner import UnitRunner
 from ...core.watch import Watcher
 from ...core.stats import median, summarize
 from ...core.steadiness import cell_steadiness
-from ...core.typed import from_json, to_json
+from ...core.typed import from_json, to_json, updated
 from .config import STEADY_TOLERANCE
 from .energy import run_steadiness, window_energy, window_readings
 from .results import (CellEnergy, CellSteadiness, RunEnergy, ThroughputCell, ThroughputRun, ThroughputSummary,
-                      WindowReadings, cells, updated)
+                      WindowReadings, cells)
 
 
 @dataclass

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ...core.typed import from_json, to_json
+from ...core.typed import from_json, to_json, updated
 from ..data.loaders import LOADER_FORMAT as FORMAT_OF
 from ..data.corpus import corpus_images, corpus_key
 from ..data.datasets import dataset_dir, prepare_datasets
 from ..data.recorded import kept_runs, measured
-from ..data.results import Steadiness, Summary, Window, updated
+from ..data.results import Steadiness, Summary, Window
 from ..data.session import save
 from ..data.trial import Where, run_on_dataset
 from .config import TrainE2EConfig
