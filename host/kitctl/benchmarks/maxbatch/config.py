@@ -175,5 +175,7 @@ class MaxbatchConfig:
     def cell_problem(self, cell: dict[str, Any]) -> str | None:
         """Why a partial's recorded cell is not one this search could have left, or None."""
         from .cells import cell_search, replay_problem, slot_offset
+        from .results import cell_of
 
-        return replay_problem(cell["trials"], cell_search(self.search, cell), self.strategy, slot_offset(cell))
+        typed = cell_of(cell)
+        return replay_problem(typed.trials, cell_search(self.search, typed), self.strategy, slot_offset(typed))

@@ -20,6 +20,7 @@ from ...core.outcome import Status
 from .search.protocol import Decision, SearchConfig
 from .search.strategies import run_search
 from .cells import cell_search, compiled_peak
+from .results import MaxbatchCell, MaxbatchTrial, cell_of, cells
 
 
 @dataclass(frozen=True)
@@ -40,8 +41,8 @@ class Replay:
         return self.answer == self.recorded
 
 
-def _peak(t: dict[str, Any]) -> float | None:
-    return (t.get("peaks") or {}).get("device_delta_mib")
+def _peak(t: MaxbatchTrial) -> float | None:
+    return t.measured.device_delta_mib
 
 
 def _interp(points: list[tuple[int, float]], b: int) -> float | None:
@@ -54,18 +55,19 @@ def _interp(points: list[tuple[int, float]], b: int) -> float | None:
     return p0 + (p1 - p0) * (b - b0) / (b1 - b0)
 
 
-def oracle_of(cell: dict[str, Any]):
+def oracle_of(cell: MaxbatchCell | dict[str, Any]):
+    cell = cell_of(cell)
     last: dict[int, tuple[Status, float | None, float | None]] = {}
-    for t in cell["trials"]:
-        last[t["batch"]] = (Status(t["status"]), _peak(t), compiled_peak(t))
+    for t in cell.trials:
+        last[t.batch] = (Status(t.status), _peak(t), compiled_peak(t))
     passes = sorted((b, p) for b, (s, p, _) in last.items() if s is Status.OK and p is not None)
     # guided's own rule for which candidates carry a compiled peak (a pass or a memory failure)
     compiled = {b: cp for b, (_, cp) in compiled_points([(b, s, p, c) for b, (s, p, c) in last.items()]).items()}
-    cal = cell.get("calibration")
-    if cal and cal.get("status") == "ok" and compiled_peak(cal) is not None:
-        compiled.setdefault(int(cal["batch"]), compiled_peak(cal))
+    cal = cell.calibration
+    if cal and cal.ok and compiled_peak(cal) is not None:
+        compiled.setdefault(int(cal.batch), compiled_peak(cal))
     compiled_pts = sorted(compiled.items())
-    boundary = cell["max_batch"]
+    boundary = cell.max_batch
 
     def oracle(b: int) -> tuple[Status, float | None, float | None]:
         if b in last:
@@ -81,7 +83,7 @@ def _without_compiled(oracle):
     return lambda b: oracle(b)[:2]
 
 
-def search_config(doc: dict[str, Any], cell: dict[str, Any]) -> SearchConfig:
+def search_config(doc: dict[str, Any], cell: MaxbatchCell | dict[str, Any]) -> SearchConfig:
     conf = doc["configuration"]
     budget = (doc.get("budget") or {}).get("budget_mib")
     base = SearchConfig(conf["start_batch"], conf["max_batch"], min_batch=conf.get("min_batch", 1))
@@ -94,17 +96,17 @@ def replay(doc: dict[str, Any], strategy: str, compiled: bool = True) -> list[Re
     """Each bounded cell's search replayed under `strategy`; compiled=False hides the compiled
     peaks from it (what `guided` did before it read them)."""
     out = []
-    for cell in doc["results"]:
-        if cell.get("state") != "done" or cell.get("search_status") != "bounded_by_memory_failure":
+    for cell in cells(doc):
+        if not cell.done or cell.search_status != "bounded_by_memory_failure":
             continue
         oracle = oracle_of(cell)
         if not compiled:
             oracle = _without_compiled(oracle)
         d: Decision
         d, hist = run_search(oracle, search_config(doc, cell), strategy)
-        el = {t["batch"]: float(t["elapsed_s"]) for t in cell["trials"] if t.get("elapsed_s") is not None}
+        el = {t.batch: float(t.elapsed_s) for t in cell.trials if t.elapsed_s is not None}
         secs = sum(el[min(el, key=lambda x: (abs(x - t[0]), x))] for t in hist) if el else 0.0
-        out.append(Replay(cell["engine"], cell["precision"], len(cell["trials"]),
-                          (cell["max_batch"], cell["next_batch"]), len(hist), (d.max_batch, d.next_batch),
+        out.append(Replay(cell.engine, cell.precision, len(cell.trials),
+                          (cell.max_batch, cell.next_batch), len(hist), (d.max_batch, d.next_batch),
                           tuple(t[0] for t in hist), secs))
     return out

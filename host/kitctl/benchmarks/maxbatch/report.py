@@ -9,7 +9,8 @@ from ...core.stats import median
 from ...core.tables import Ratio, engine_label
 from ...reports import reference
 from ...reports.format import cell_label, fmt_int, join, mib, table
-from .table import CAPACITY_STATUSES, MEMORY_FAILURES, Row, failures_below_pass, maxbatch_rows, peak_heading, \
+from .results import MaxbatchCell, cell_of, cells as typed_cells
+from .table import CAPACITY_STATUSES, MEMORY_FAILURES, Row, cell_row, failures_below_pass, peak_heading, \
     peak_inversions, ratio_pairs, trial_points
 
 if TYPE_CHECKING:  # the report shell's type; importing it here would make reports and benchmarks a cycle
@@ -19,8 +20,14 @@ QUESTION = "the largest training batch that completes one real step (forward, ba
 
 
 def load_rows(src: Source, doc: dict[str, Any]) -> None:
-    src.rows = maxbatch_rows(doc)
-    src.points = {(c["engine"], c["precision"]): trial_points(c) for c in doc["results"]}
+    typed = typed_cells(doc)
+    src.rows = [cell_row(c) for c in typed]
+    src.points = {c.key: trial_points(c) for c in typed}
+
+
+def _kit_cells(src: Source) -> list[MaxbatchCell]:
+    """A kitctl artifact's cells, typed; none for a reference-runner file."""
+    return typed_cells(src.doc) if src.is_kitctl else []
 
 
 def row_value(r: Row) -> str:
@@ -67,13 +74,13 @@ def ratios(sources: list[Source]) -> list[Ratio]:
 
 
 def meta_count(src: Source) -> str:
-    d = src.doc
-    cands = sum(len(c.get("trials", [])) for c in d["results"])
-    calib = sum(1 for c in d["results"] if c.get("calibration"))
+    cs = typed_cells(src.doc)
+    cands = sum(len(c.trials) for c in cs)
+    calib = sum(1 for c in cs if c.calibration)
     # Speculative candidates (--gpus, more GPUs than cells) were measured but the answer does not use them.
-    off = sum(1 for c in d["results"] for t in c.get("trials", []) if t.get("on_path") is False)
+    off = sum(1 for c in cs for t in c.trials if t.on_path is False)
     # Cancelled once the search could no longer use them: killed, no measurement, not counted above.
-    gone = sum(len(c.get("cancelled") or []) for c in d["results"])
+    gone = sum(len(c.cancelled) for c in cs)
     return (f"{cands} candidates" + (f" ({off} speculative, off the search's path)" if off else "")
             + (f" + {gone} speculative cancelled unfinished" if gone else "")
             + (f" + {calib} calibration" if calib else ""))
@@ -101,13 +108,14 @@ def measured_rules(src: Source, fresh: str) -> list[list[str]]:
     else:
         rule = f"`{strategy}` (start {fmt_int(own.start_batch)}, --max-batch {fmt_int(own.max_batch)})"
     rows.append(["Search rule", rule])
+    cs = typed_cells(d)
     if slots and slots > 1:
-        walls = ", ".join(f"{c['engine']} {c['precision']} {c['slots_wall_s']:,.0f} s" for c in d["results"]
-                          if isinstance(c.get("slots_wall_s"), (int, float)))
+        walls = ", ".join(f"{c.engine} {c.precision} {c.slots_wall_s:,.0f} s" for c in cs
+                          if isinstance(c.slots_wall_s, (int, float)))
         rows.append(["Slots", f"up to {slots} candidates of a search at once on the device (--slots "
                      f"{d['slots'].get('requested')}); the answer is the one-slot search's"
                      + (f"; search wall time, first candidate to answer: {walls}" if walls else "")])
-    times = [x for x in (candidate_time(c) for c in d["results"]) if x]
+    times = [x for x in (candidate_time(c) for c in cs) if x]
     if times:
         rows.append(["Candidate time", "; ".join(times)])
     return rows
@@ -118,23 +126,24 @@ PHASES = (("startup_s", "start-up"), ("import_s", "import"), ("device_s", "devic
           ("steps_s", "steps"))
 
 
-def candidate_time(cell: dict[str, Any]) -> str | None:
+def candidate_time(cell: MaxbatchCell | dict[str, Any]) -> str | None:
     """Where a cell's candidates spent their time: the median wall time per candidate (the host's, process or
     container start to exit) and, where the trials timed their phases, the median of each and what lies outside
     them (process creation and teardown; the phases an engine does not split out). None: no phases recorded."""
-    trials = [t for t in cell.get("trials") or []
-              if isinstance((t.get("result") or {}).get("phases"), dict) and isinstance(t.get("elapsed_s"), (int, float))]
-    if not trials:
+    cell = cell_of(cell)
+    # each candidate's phases: the trial's own KIT-RESULT object, read as recorded
+    timed = [(t, (t.result or {}).get("phases")) for t in cell.trials]
+    timed = [(t, ph) for t, ph in timed if isinstance(ph, dict) and isinstance(t.elapsed_s, (int, float))]
+    if not timed:
         return None
     # a phase every candidate timed (an OOM ends a candidate before its later phases: those are left out)
-    keys = [(k, label) for k, label in PHASES
-            if all(isinstance(t["result"]["phases"].get(k), (int, float)) for t in trials)]
-    parts = [f"{label} {median([t['result']['phases'][k] for t in trials]):,.1f}" for k, label in keys]
-    outside = [t["elapsed_s"] - sum(t["result"]["phases"][k] for k, _ in keys) for t in trials]
+    keys = [(k, label) for k, label in PHASES if all(isinstance(ph.get(k), (int, float)) for _, ph in timed)]
+    parts = [f"{label} {median([ph[k] for _, ph in timed]):,.1f}" for k, label in keys]
+    outside = [t.elapsed_s - sum(ph[k] for k, _ in keys) for t, ph in timed]
     parts.append(f"outside them {max(0.0, median(outside)):,.1f}")
-    wall = median([t["elapsed_s"] for t in trials])
-    return (f"{engine_label(cell['engine'])} {cell['precision']}: {wall:,.1f} s per candidate "
-            f"({len(trials)} candidates; medians, s: {', '.join(parts)})")
+    wall = median([t.elapsed_s for t, _ in timed])
+    return (f"{engine_label(cell.engine)} {cell.precision}: {wall:,.1f} s per candidate "
+            f"({len(timed)} candidates; medians, s: {', '.join(parts)})")
 
 
 def caveats_results(src: Source) -> list[str]:
@@ -155,12 +164,12 @@ def caveats_results(src: Source) -> list[str]:
     claims = [(cell_label(r.engine, r.precision), r) for r in src.rows if r.has_figure and r.reference_claim]
     if claims:
         out.append(reference.claim_caveat(claims))
-    for c in src.kit_results:
-        if c.get("search_status") in CAPACITY_STATUSES:
-            other = [t for t in c.get("trials", []) if t["status"] not in MEMORY_FAILURES and t["status"] != "ok"]
+    for c in _kit_cells(src):
+        if c.search_status in CAPACITY_STATUSES:
+            other = [t for t in c.trials if t.status not in MEMORY_FAILURES and not t.ok]
             if other:
-                what = join([f"{t['status']} at {t['batch']:,}" for t in other])
-                out.append(f"**Retried failures** — {cell_label(c['engine'], c['precision'])}: {len(other)} "
+                what = join([f"{t.status} at {t.batch:,}" for t in other])
+                out.append(f"**Retried failures** — {cell_label(c.engine, c.precision)}: {len(other)} "
                            f"candidate(s) failed without a memory status ({what}) and were retried.")
         if (note := rematerialization_note(c)) is not None:
             out.append(note)
@@ -171,22 +180,23 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.2f}"  # as XLA prints them (binary GiB, two decimals)
 
 
-def rematerialization_note(cell: dict[str, Any]) -> str | None:
+def rematerialization_note(cell: MaxbatchCell) -> str | None:
     """A capacity whose passing candidate at max batch XLA compiled with rematerialisation (its
     trial's `xla_rematerialization`, from XLA's own log line): the step recomputed activations to
     fit XLA's memory limit, which an eager engine does not do, so the figure is not like for like."""
-    if cell.get("search_status") not in CAPACITY_STATUSES or not cell.get("max_batch"):
+    if cell.search_status not in CAPACITY_STATUSES or not cell.max_batch:
         return None
-    at_max = [t for t in cell.get("trials", []) if t["batch"] == cell["max_batch"] and t["status"] == "ok"]
-    remat = next((r for t in at_max if isinstance(r := (t.get("result") or {}).get("xla_rematerialization"),
+    at_max = [t for t in cell.trials if t.batch == cell.max_batch and t.ok]
+    # the trial's own KIT-RESULT object (and XLA's log line in it), read as recorded
+    remat = next((r for t in at_max if isinstance(r := (t.result or {}).get("xla_rematerialization"),
                                                      dict) and r.get("rematerialised")), None)
     if remat is None:
         return None
     limit = remat.get("limit_bytes")
     reach = ("" if limit is None else f"; its limit {_gib(limit)} GiB was "
              + ("reached" if remat.get("fitted") else "not reached (the candidate passed all the same)"))
-    return (f"**XLA rematerialised** — {cell_label(cell['engine'], cell['precision'])} at max batch "
-            f"{cell['max_batch']:,}: XLA recomputes activations to fit its memory limit, "
+    return (f"**XLA rematerialised** — {cell_label(cell.engine, cell.precision)} at max batch "
+            f"{cell.max_batch:,}: XLA recomputes activations to fit its memory limit, "
             f"{_gib(remat['original_bytes'])} → {_gib(remat['reduced_to_bytes'])} GiB{reach} "
             f"(XLA's log, per trial: `xla_rematerialization`).")
 
@@ -225,12 +235,12 @@ def headline(src: Source) -> str:
     return "; ".join(parts)
 
 
-def progress(src: Source, cell: dict[str, Any]) -> str:
+def progress(src: Source, cell: MaxbatchCell | dict[str, Any]) -> str:
     """An unfinished search: its candidates so far and the bracket they make."""
-    trials = cell.get("trials", [])
-    path = [t for t in trials if t.get("on_path", True)]  # the bracket is the search's own
-    ok = [t["batch"] for t in path if t["status"] == "ok"]
-    mem = [t["batch"] for t in path if t["status"] in MEMORY_FAILURES]
+    trials = cell_of(cell).trials
+    path = [t for t in trials if t.on_search_path]  # the bracket is the search's own
+    ok = [t.batch for t in path if t.ok]
+    mem = [t.batch for t in path if t.status in MEMORY_FAILURES]
     bits = [f"{len(trials)} candidates so far"]
     if ok:
         bits.append(f"largest pass {max(ok):,}")

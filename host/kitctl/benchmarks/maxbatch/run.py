@@ -16,6 +16,7 @@ from ...core.artifact import utc_iso
 from ...core.budget import Budget, BudgetError, framework_budget, overhead_from
 from ...core.engines import Engine
 from ...core.outcome import KilledBy, SearchStatus, Status, TrialOutcome
+from ...core.typed import from_json, to_json
 from ...core.protocol import TrialRequest
 from ...core.watch import Watcher
 from .search.protocol import SearchConfig, candidates_left
@@ -25,7 +26,8 @@ from .search.speculate import candidates, replay, useless
 from ...core.signals import Interrupted  # noqa: F401  (re-exported: SIGINT/SIGTERM/SIGHUP during a run)
 from ...run.runner import CANCELLED, UnitRunner, find_cell
 from ...runtimes.base import Runtime
-from .cells import _summary, cell_entries, cell_search, new_cell
+from .cells import cell_entries, cell_search, summary
+from .results import NO_PEAKS, CellOverhead, LaneGpu, MaxbatchCell, MaxbatchTrial, SlotGate, SlotTime, updated
 
 
 @dataclass
@@ -84,7 +86,7 @@ class _Search:
 
     engine: Engine
     precision: str
-    cell: dict[str, Any]
+    cell: MaxbatchCell  # as the document holds it now (replaced, under the runner's lock, on every change)
     lane: Lane
     fw_budget: int | None
     search: SearchConfig
@@ -127,13 +129,28 @@ class Runner(UnitRunner):
         with self._lock:
             for e in self.plan.engines:
                 for p in self.plan.precisions:
-                    cell = find_cell(self.doc, e.name, p)
+                    cell = self._cell(e.name, p)
                     if cell is None:
                         left += cal + candidates_left([], self.plan.search)
-                    elif cell.get("state") != "done":
-                        left += (cal if cell.get("calibration") is None else 0) + candidates_left(
+                    elif not cell.done:
+                        left += (cal if cell.calibration is None else 0) + candidates_left(
                             cell_entries(cell), cell_search(self.plan.search, cell))
         return left, True
+
+    def _cell(self, engine: str, precision: str) -> MaxbatchCell | None:
+        """The document's cell of engine × precision, typed (under the lock), or None."""
+        with self._lock:
+            found = find_cell(self.doc, engine, precision)
+            return None if found is None else from_json(MaxbatchCell, found)
+
+    def _set(self, job: _Search, **changes: Any) -> None:
+        """Change the job's cell and write it into the document in its place (under the lock; saved by the
+        caller). Every key set is written from then on, in the order first set."""
+        with self._lock:
+            job.cell = updated(job.cell, **changes)
+            found = find_cell(self.doc, job.cell.engine, job.cell.precision)  # the cell's own JSON object
+            found.clear()  # type: ignore[union-attr]
+            found.update(to_json(job.cell))  # type: ignore[union-attr]
 
     def _condition(self) -> threading.Condition:
         with self._lock:
@@ -255,30 +272,31 @@ class Runner(UnitRunner):
         return out
 
     @staticmethod
-    def _trial_json(lane: Lane, out: TrialOutcome, slot: dict[str, Any] | None = None) -> dict[str, Any]:
-        rec = out.to_json()
+    def _trial(lane: Lane, out: TrialOutcome, slot: SlotTime | None = None) -> MaxbatchTrial:
+        rec = MaxbatchTrial.of_outcome(out)
         # A cluster lane's runtime knows the node (host, node id, GPU) of its last candidate;
         # a lane of this host is one GPU.
         where = getattr(lane.runtime, "where", None)
         if isinstance(where, dict):
-            rec["node"] = dict(where)
+            rec = updated(rec, node=dict(where))
         if lane.gpu is not None:
-            rec["gpu"] = dict(lane.gpu)
+            rec = updated(rec, gpu=from_json(LaneGpu, lane.gpu))
         if slot is not None:
-            rec["slot"] = dict(slot)
+            rec = updated(rec, slot=slot)
         return rec
 
-    def _calibrate(self, engine: Engine, precision: str, cell: dict[str, Any], lane: Lane) -> int | None:
+    def _calibrate(self, job: _Search, lane: Lane) -> int | None:
         """Overhead = device-delta peak − framework peak at a small batch (GPU only)."""
         if lane.budget is None or lane.watcher_factory is None:
             return None
-        if cell["calibration"] is not None:
+        engine, precision = job.engine, job.precision
+        if job.cell.calibration is not None:
             # Resumed: the overhead follows from the recorded candidate, not from the partial's say-so.
-            ov = overhead_from(TrialOutcome.from_json(cell["calibration"]))  # BudgetError if it failed
+            ov = overhead_from(job.cell.calibration.outcome())  # BudgetError if it failed
             with self._lock:
-                cell["overhead"] = ov.to_json()
-                cell["framework_budget_mib"] = framework_budget(lane.budget, ov)
-            return cell["framework_budget_mib"]
+                self._set(job, overhead=from_json(CellOverhead, ov.to_json()),
+                          framework_budget_mib=framework_budget(lane.budget, ov))
+            return job.cell.framework_budget_mib
         req = self._request(engine, precision, self.plan.calibration_batch, None)
         what = "calibration"
         self.view.candidate_started(engine.name, precision, req.batch, what)
@@ -286,41 +304,42 @@ class Runner(UnitRunner):
         self.view.candidate_done(engine.name, precision, out, what)
         with self._lock:
             self._record_versions(engine, out)
-            cell["calibration"] = self._trial_json(lane, out)
+            self._set(job, calibration=self._trial(lane, out))
         ov = overhead_from(out)  # BudgetError if it failed
         with self._lock:
-            cell["overhead"] = ov.to_json()
-            cell["framework_budget_mib"] = framework_budget(lane.budget, ov)
+            self._set(job, overhead=from_json(CellOverhead, ov.to_json()),
+                      framework_budget_mib=framework_budget(lane.budget, ov))
             self.save()
-        return cell["framework_budget_mib"]
+        return job.cell.framework_budget_mib
 
     def _run_cell(self, engine: Engine, precision: str, lane: Lane | None = None) -> None:
         lane = lane or self._lanes()[0]
         with self._lock:
-            cell = find_cell(self.doc, engine.name, precision)
+            cell = self._cell(engine.name, precision)
             if cell is None:
-                cell = new_cell(engine.name, precision)
-                self.doc["results"].append(cell)
+                cell = MaxbatchCell.new(engine.name, precision)
+                self.doc["results"].append(to_json(cell))
             # A resumed cell, even one the partial calls done, is re-derived from its recorded
             # candidates: the search replays them (it is a pure function of them) and decides.
-            said = _summary(cell) if cell["state"] == "done" else None
-            cell["state"] = "running"
-        self._search_cell(engine, precision, cell, lane)
-        if said is not None and _summary(cell) != said:
+            said = summary(cell) if cell.done else None
+            job = _Search(engine, precision, cell, lane, None, self.plan.search)
+            self._set(job, state="running")
+        self._search_cell(job, lane)
+        if said is not None and summary(job.cell) != said:
             self.view.note(f"{engine.name} {precision}: the partial said {said}; re-derived from its recorded "
-                           f"candidates: {_summary(cell)}")
+                           f"candidates: {summary(job.cell)}")
 
-    def _search_cell(self, engine: Engine, precision: str, cell: dict[str, Any], lane: Lane) -> None:
+    def _search_cell(self, job: _Search, lane: Lane) -> None:
         try:
-            fw_budget = self._calibrate(engine, precision, cell, lane)
+            job.fw_budget = self._calibrate(job, lane)
         except BudgetError as exc:
-            self._finish(cell, SearchStatus.INVALID, None, None, f"calibration: {exc}")
-            self.view.note(f"{engine.name} {precision}: {cell['reason']}")
+            self._finish(job, SearchStatus.INVALID, None, None, f"calibration: {exc}")
+            self.view.note(f"{job.engine.name} {job.precision}: {job.cell.reason}")
             return
-        if lane.budget is not None and cell.get("search_target_mib") is None:
+        if lane.budget is not None and job.cell.search_target_mib is None:
             with self._lock:
-                cell["search_target_mib"] = lane.budget.budget_mib
-        job = _Search(engine, precision, cell, lane, fw_budget, cell_search(self.plan.search, cell))
+                self._set(job, search_target_mib=lane.budget.budget_mib)
+        job.search = cell_search(self.plan.search, job.cell)
         if self.slot_plan is not None and self.slot_plan.slot_watcher is not None and lane.budget is not None:
             self._slot_gate(job, lane.budget.budget_mib)
         cond = self._condition()
@@ -339,18 +358,18 @@ class Runner(UnitRunner):
         offset = its device-delta peak − its per-process peak; each candidate is then killed when its
         own per-process memory goes over B − offset. Without a usable offset the cell runs one
         candidate at a time under the device-delta gate (recorded, and said once)."""
-        cal = job.cell.get("calibration") or {}
-        peaks = cal.get("peaks") or {}
-        off, why = gate_offset(peaks.get("device_delta_mib"), peaks.get("process_mib"))
+        cal = job.cell.calibration
+        peaks = cal.measured if cal is not None else NO_PEAKS
+        off, why = gate_offset(peaks.device_delta_mib, peaks.process_mib)
         with self._lock:
             if off is None:
                 job.shares_slots = False
-                job.cell["slot_gate"] = {"offset_mib": None, "threshold_mib": None,
-                                         "note": f"one candidate at a time: {why}"}
+                self._set(job, slot_gate=SlotGate(offset_mib=None, threshold_mib=None,
+                                                  note=f"one candidate at a time: {why}"))
             else:
                 job.slot_threshold = round(budget_mib - off, 1)
-                job.cell["slot_gate"] = {"offset_mib": off, "threshold_mib": job.slot_threshold,
-                                         "note": "per-process NVML memory of each candidate against B − offset"}
+                self._set(job, slot_gate=SlotGate(offset_mib=off, threshold_mib=job.slot_threshold,
+                                                  note="per-process NVML memory of each candidate against B − offset"))
         if off is None:
             self.view.note(f"{job.engine.name} {job.precision}: --slots: {why}; this cell runs one candidate "
                            "at a time under the device-delta gate")
@@ -370,12 +389,12 @@ class Runner(UnitRunner):
         runs at most one candidate and returns whether it ran one."""
         decide = STRATEGIES[self.plan.strategy]
         cond = self._condition()
-        engine, precision, cell = job.engine, job.precision, job.cell
+        engine, precision = job.engine, job.precision
         while True:
             with cond:
                 if self._stop.is_set():
                     raise _Stopped()
-                trials = cell_entries(cell)
+                trials = cell_entries(job.cell)
                 r = replay(decide, trials, job.search)
                 pick = [] if r.decision.done else candidates(decide, trials, job.search, 1, job.running)
                 if not pick:
@@ -384,7 +403,7 @@ class Runner(UnitRunner):
                     if r.decision.done and not job.runs:  # cancelled ones recorded too
                         self._mark_path(job)  # a resumed cell may end without a new candidate
                         d = r.decision
-                        self._finish(cell, d.status, d.max_batch, d.next_batch, d.reason)
+                        self._finish(job, d.status, d.max_batch, d.next_batch, d.reason)
                         return True
                     cond.wait(0.2)  # the next batch runs on another lane: wait for it
                     continue
@@ -408,20 +427,19 @@ class Runner(UnitRunner):
                                  f"cell's offset){killed}")
                 # --slots: when the candidate ran, on the wall clock (which ran side by side; the
                 # search's wall time from its first candidate to its answer, the cell's slots_wall_s).
-                slot = None if self.slot_plan is None or lane.slot is None else {
-                    "index": lane.slot, "started_unix_s": round(t0, 3), "ended_unix_s": round(time.time(), 3)}
+                slot = None if self.slot_plan is None or lane.slot is None else SlotTime(
+                    index=lane.slot, started_unix_s=round(t0, 3), ended_unix_s=round(time.time(), 3))
                 # Killed because the search no longer needs it (and not done by itself first): its
                 # outcome is no measurement. Kept beside the trials, never among them.
                 cancelled = run.cancelled is not None and out.killed_by is KilledBy.KIT_INTERRUPT
                 self.view.candidate_done(engine.name, precision, out, CANCELLED if cancelled else what)
                 with cond:
                     if cancelled:
-                        rec = self._trial_json(lane, out, slot)
-                        rec.update(on_path=False, cancelled_because=run.cancelled)
-                        cell.setdefault("cancelled", []).append(rec)
+                        rec = updated(self._trial(lane, out, slot), on_path=False, cancelled_because=run.cancelled)
+                        self._set(job, cancelled=job.cell.cancelled + (rec,))
                     else:
                         self._record_versions(engine, out)
-                        cell["trials"].append(self._trial_json(lane, out, slot))
+                        self._set(job, trials=job.cell.trials + (self._trial(lane, out, slot),))
                         self._mark_path(job)
                     self.save()
             finally:
@@ -449,31 +467,31 @@ class Runner(UnitRunner):
 
     def _mark_path(self, job: _Search) -> None:
         """Record on each trial whether the sequential search's path uses it (under the lock)."""
-        trials = job.cell["trials"]
+        trials = job.cell.trials
         r = replay(STRATEGIES[self.plan.strategy], cell_entries(job.cell), job.search)
-        for t, used in zip(trials, r.on_path(len(trials))):
-            t["on_path"] = used
+        marked = tuple(updated(t, on_path=used) for t, used in zip(trials, r.on_path(len(trials))))
+        self._set(job, trials=marked + trials[len(marked):])
 
-    def _finish(self, cell: dict[str, Any], status: SearchStatus, max_batch: int | None,
+    def _finish(self, job: _Search, status: SearchStatus, max_batch: int | None,
                 next_batch: int | None, reason: str) -> None:
-        if status is SearchStatus.INVALID and cell["trials"]:
+        trials = job.cell.trials
+        if status is SearchStatus.INVALID and trials:
             # The cause beside the verdict: "crash then crash" alone sent users to stderr_tail.
             try:
-                cause = TrialOutcome.from_json(cell["trials"][-1]).cause
+                cause = trials[-1].outcome().cause
             except (KeyError, TypeError, ValueError):  # a hand-edited partial: the verdict stands alone
                 cause = None
             if cause and cause not in reason:
                 reason = f"{reason} — {cause}"
         with self._lock:
-            cell.update(state="done", search_status=status.value, max_batch=max_batch,
-                        next_batch=next_batch, reason=reason)
-            at_max = [t for t in cell["trials"]
-                      if t["batch"] == max_batch and t["status"] == "ok" and t.get("on_path", True)]
-            cell["peaks_at_max"] = at_max[-1]["peaks"] if at_max else None
+            self._set(job, state="done", search_status=status.value, max_batch=max_batch,
+                      next_batch=next_batch, reason=reason)
+            at_max = [t for t in job.cell.trials if t.batch == max_batch and t.ok and t.on_search_path]
+            self._set(job, peaks_at_max=at_max[-1].peaks if at_max else None)
             if self.slot_plan is not None:
-                ran = [t["slot"] for t in cell["trials"] + cell.get("cancelled", []) if "slot" in t]
+                ran = [t.slot for t in job.cell.trials + job.cell.cancelled if t.slot is not None]
                 # From the search's first candidate to its last one's end: the answer's wall time
                 # (this session's candidates; a resumed search adds the earlier ones' times too).
-                cell["slots_wall_s"] = (round(max(r["ended_unix_s"] for r in ran)
-                                              - min(r["started_unix_s"] for r in ran), 3) if ran else None)
+                self._set(job, slots_wall_s=(round(max(r.ended_unix_s for r in ran)
+                                                   - min(r.started_unix_s for r in ran), 3) if ran else None))
             self.save()

@@ -11,6 +11,7 @@ from typing import Any, Iterable
 
 from ...core.device import recorded_line
 from ...core.tables import Ratio, engine_label, pair_ratios
+from .results import MaxbatchCell, Peaks, cell_of, cells, peaks_of
 
 MEMORY_FAILURES = frozenset({"oom", "vram_cap_exceeded", "host_oom_killed"})
 CAPACITY_STATUSES = frozenset({"bounded_by_memory_failure", "censored_at_max_batch"})
@@ -66,18 +67,19 @@ class TrialPoint:
     attempt: int = 1
 
 
-def _peak(peaks: dict[str, Any] | None) -> tuple[float | None, str]:
-    if not peaks:
+def _peak(peaks: Peaks | dict[str, Any] | None) -> tuple[float | None, str]:
+    if not peaks:  # none recorded, or recorded as {}
         return None, ""
-    if peaks.get("device_delta_mib") is not None:
-        return peaks["device_delta_mib"], "device delta (NVML)"
-    if peaks.get("process_mib") is not None and peaks.get("baseline_mib") is None:
+    p = peaks_of(peaks)
+    if p.device_delta_mib is not None:
+        return p.device_delta_mib, "device delta (NVML)"
+    if p.process_mib is not None and p.baseline_mib is None:
         # --slots on a GPU: no idle baseline, no device delta; the candidate's own processes' memory
-        return peaks["process_mib"], "per-process (NVML)"
-    if peaks.get("framework_mib") is not None:
-        return peaks["framework_mib"], "framework allocator"
-    if peaks.get("host_rss_mib") is not None:  # --device cpu without an allocator peak
-        return peaks["host_rss_mib"], "host RSS"
+        return p.process_mib, "per-process (NVML)"
+    if p.framework_mib is not None:
+        return p.framework_mib, "framework allocator"
+    if p.host_rss_mib is not None:  # --device cpu without an allocator peak
+        return p.host_rss_mib, "host RSS"
     return None, ""
 
 
@@ -103,28 +105,27 @@ def result_text(search_status: str | None, next_status: str | None, next_batch: 
 
 
 def maxbatch_rows(doc: dict[str, Any]) -> list[Row]:
-    rows = []
-    for c in doc["results"]:
-        peak, src = _peak(c.get("peaks_at_max"))
-        nxt = c.get("next_batch")
-        next_status = None
-        if nxt is not None:
-            at = [t for t in c["trials"] if t["batch"] == nxt]
-            next_status = at[-1]["status"] if at else None
-        status = c.get("search_status")
-        result = result_text(status, next_status, nxt, c.get("reason"), c.get("state", "pending"))
-        rows.append(Row(c["engine"], c["precision"], c.get("max_batch"), peak, src, nxt, next_status,
-                        result, status))
-    return rows
+    return [cell_row(c) for c in cells(doc)]
 
 
-def trial_points(cell: dict[str, Any]) -> list[TrialPoint]:
+def cell_row(c: MaxbatchCell) -> Row:
+    """A cell's row of the result table."""
+    peak, src = _peak(c.peaks_at_max)
+    nxt = c.next_batch
+    next_status = None
+    if nxt is not None:
+        at = [t for t in c.trials if t.batch == nxt]
+        next_status = at[-1].status if at else None
+    result = result_text(c.search_status, next_status, nxt, c.reason, c.state)
+    return Row(c.engine, c.precision, c.max_batch, peak, src, nxt, next_status, result, c.search_status)
+
+
+def trial_points(cell: MaxbatchCell | dict[str, Any]) -> list[TrialPoint]:
     """Every candidate of a kitctl cell (the calibration trial is not a candidate)."""
     out = []
-    for t in cell.get("trials", []):
-        peak, src = _peak(t.get("peaks"))
-        out.append(TrialPoint(t["batch"], t["status"] == "ok", t["status"], t["status"] in MEMORY_FAILURES,
-                              peak, src, t.get("attempt", 1)))
+    for t in cell_of(cell).trials:
+        peak, src = _peak(t.peaks)
+        out.append(TrialPoint(t.batch, t.ok, t.status, t.status in MEMORY_FAILURES, peak, src, t.attempt))
     return out
 
 
@@ -189,4 +190,4 @@ def print_table(console: Any, model: str, dataset: str, doc: dict[str, Any], fin
 
 def all_have_capacity(doc: dict[str, Any]) -> bool:
     """Every engine × precision ended with a capacity (bounded or censored): exit 0, else 1."""
-    return all(c.get("search_status") in CAPACITY_STATUSES for c in doc["results"])
+    return all(c.search_status in CAPACITY_STATUSES for c in cells(doc))
