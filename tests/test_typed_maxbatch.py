@@ -12,10 +12,10 @@ import pytest
 
 from kitctl.benchmarks.maxbatch.cells import new_cell
 from kitctl.benchmarks.maxbatch.results import (NEW_CELL_KEYS, CellOverhead, MaxbatchCell, MaxbatchTrial, Peaks,
-                                                SlotGate, SlotTime, cells, updated)
+                                                SlotGate, SlotTime, cells)
 from kitctl.core.budget import Overhead
 from kitctl.core.outcome import MemoryPeaks, Status, TrialOutcome
-from kitctl.core.typed import RecordError, from_json, record_fields, to_json
+from kitctl.core.typed import RecordError, from_json, record_fields, to_json, updated
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((ROOT / "host" / "kitctl" / "schema" / "artifact.schema.json").read_text())

@@ -54,6 +54,7 @@ class MaxbatchRecorded:
     calibration_batch: Any = None
     strategy: Any = None
     steps: Any = "?"  # what one candidate runs, as text ("one warm-up step, one measured step")
+    min_batch: Any = 1  # the search's floor (older artifacts: 1)
 
 
 def check_slots(slots: str, gpus: str | None, cluster: str | None, speculate: bool) -> str:

@@ -17,9 +17,11 @@ from typing import Any
 
 from .search.guided import compiled_points
 from ...core.outcome import Status
+from ...core.recorded import view
 from .search.protocol import Decision, SearchConfig
 from .search.strategies import run_search
 from .cells import cell_search, compiled_peak
+from .config import MaxbatchRecorded
 from .results import MaxbatchCell, MaxbatchTrial, cell_of, cells
 
 
@@ -84,9 +86,9 @@ def _without_compiled(oracle):
 
 
 def search_config(doc: dict[str, Any], cell: MaxbatchCell | dict[str, Any]) -> SearchConfig:
-    conf = doc["configuration"]
+    conf = view(MaxbatchRecorded, doc)
     budget = (doc.get("budget") or {}).get("budget_mib")
-    base = SearchConfig(conf["start_batch"], conf["max_batch"], min_batch=conf.get("min_batch", 1))
+    base = SearchConfig(conf.start_batch, conf.max_batch, min_batch=conf.min_batch)
     # The run's own cell_search (anchor, the framework budget for compiled peaks), aimed at the
     # run's budget: artifacts from before `search_target_mib` was recorded replay the same way.
     return replace(cell_search(base, cell), target_mib=budget)

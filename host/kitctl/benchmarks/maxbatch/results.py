@@ -9,14 +9,12 @@ Values are kept as recorded (a status is its string, never converted): readers d
 older record reads as the default the reports used for it before (`.get(key, default)`)."""
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from ...core.outcome import TrialOutcome
 from ...core.typed import Record, from_json, to_json
 
-R = TypeVar("R", bound=Record)
 
 
 @dataclass(frozen=True)
@@ -156,15 +154,6 @@ class MaxbatchCell(Record):
 
 NEW_CELL_KEYS = ("engine", "precision", "state", "calibration", "overhead", "framework_budget_mib", "max_batch",
                  "next_batch", "search_status", "reason", "peaks_at_max", "trials")
-
-
-def updated(rec: R, **changes: Any) -> R:
-    """`rec` with `changes`, each of them written from now on, in the order first set (as a key set on the JSON
-    object would be), even where its value is the field's default."""
-    keys = rec.recorded_keys
-    if keys:
-        keys = keys + tuple(k for k in changes if k not in keys)
-    return dataclasses.replace(rec, **changes, recorded_keys=keys)
 
 
 def cell_of(c: MaxbatchCell | dict[str, Any]) -> MaxbatchCell:

@@ -16,7 +16,7 @@ from ...core.artifact import utc_iso
 from ...core.budget import Budget, BudgetError, framework_budget, overhead_from
 from ...core.engines import Engine
 from ...core.outcome import KilledBy, SearchStatus, Status, TrialOutcome
-from ...core.typed import from_json, to_json
+from ...core.typed import from_json, to_json, updated
 from ...core.protocol import TrialRequest
 from ...core.watch import Watcher
 from .search.protocol import SearchConfig, candidates_left
@@ -27,7 +27,7 @@ from ...core.signals import Interrupted  # noqa: F401  (re-exported: SIGINT/SIGT
 from ...run.runner import CANCELLED, UnitRunner, find_cell
 from ...runtimes.base import Runtime
 from .cells import cell_entries, cell_search, summary
-from .results import NO_PEAKS, CellOverhead, LaneGpu, MaxbatchCell, MaxbatchTrial, SlotGate, SlotTime, updated
+from .results import NO_PEAKS, CellOverhead, LaneGpu, MaxbatchCell, MaxbatchTrial, SlotGate, SlotTime
 
 
 @dataclass

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from ...core.device import recorded_line
+from ...core.recorded import RecordedConfig
 from ...core.tables import Ratio, engine_label, pair_ratios
 from .results import MaxbatchCell, Peaks, cell_of, cells, peaks_of
 
@@ -173,7 +174,7 @@ def print_table(console: Any, model: str, dataset: str, doc: dict[str, Any], fin
 
     rows = maxbatch_rows(doc)
     t = Table(title=f"Max batch — {model}, {dataset}")
-    peak = peak_heading((doc.get("configuration") or {}).get("device", "cuda") != "cpu")
+    peak = peak_heading(RecordedConfig.of_doc(doc).device != "cpu")
     for col in ("Engine", "Precision", "Max batch", peak, "Next batch", "Result"):
         t.add_column(col, justify="right" if col in ("Max batch", peak, "Next batch") else "left")
     for r in rows:
