@@ -12,9 +12,10 @@
 #   resume     RESUME="<partial>..." --resume each on GPU 0 (a fresh machine is another card of the same kind)
 #   old50      jax-xla fp32 with the old fixed window (--warmup-steps 10 --steps 50), RUNS runs: the same
 #              call measures what the window rule replaced
-#   opennn     build the OpenNN trial (tools/device-opennn-build.sh; carry .opennn-src) unless build/opennn
-#              was carried, and pack it into $OUT/opennn-build.tgz for the next call (unpack it here, carry
-#              build/opennn); then opennn-graph, opennn-resident at 32x32, batch 128, RUNS runs
+#   opennn-build  build the OpenNN trial into build/opennn (tools/device-opennn-build.sh; carry .opennn-src);
+#              ~2 min; its build is ~0.9 GB, too large to carry back, so each call that runs OpenNN builds it
+#   opennn     opennn-build, then opennn-graph, opennn-resident at 32x32, batch 128, RUNS runs
+# RESUME_FLAGS: more flags for each resume (e.g. --allow-code-change, recorded in the artifact).
 set -u
 LIMIT=${CALL_LIMIT_S:-585}
 cd "$(dirname "$0")/../.."; . tools/device-calls/lib.sh
@@ -32,6 +33,12 @@ kit() {
   save "$(ls -t results/*.json 2>/dev/null | grep -v partial | head -1)" "$(newest_partial)"
 }
 tp() { kit run throughput --runtime local --precision both "$@"; }
+build_opennn() {
+  [[ -x build/opennn/bin/kit-opennn-trial ]] && return 0
+  say "build OpenNN"
+  tools/device-opennn-build.sh >"$OUT/opennn-build.log" 2>&1 || { tail -30 "$OUT/opennn-build.log"; say "BUILD FAILED"; return 1; }
+  tail -3 "$OUT/opennn-build.log"
+}
 
 say "GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv,noheader)"
 say "python3 $(python3 -c 'import sys, torch, jax; print(sys.version.split()[0], "torch", torch.__version__, "jax", jax.__version__)' 2>/dev/null)"
@@ -42,15 +49,9 @@ for step in "$@"; do
     img224) tp --engines "${IMG_ENGINES:-pytorch-cudagraph,jax-xla}" --runs "${IMG_RUNS:-3}" --image-size 224 \
               --batch "${IMG_BATCH:-256}" ;;
     resume) for partial in ${RESUME:?RESUME=<partial> [<partial>...]}; do  # another machine: another UUID
-              kit run throughput --resume "$partial" --gpu 0; done ;;
-    opennn)
-      if [[ -x build/opennn/bin/kit-opennn-trial ]]; then say "OpenNN trial carried: $(head -c 300 build/opennn/share/kit-opennn/build-info.json | tr -d '\n')"
-      else
-        say "build OpenNN"
-        tools/device-opennn-build.sh >"$OUT/opennn-build.log" 2>&1 || { tail -30 "$OUT/opennn-build.log"; say "BUILD FAILED"; continue; }
-        tail -3 "$OUT/opennn-build.log"; tar czf "$OUT/opennn-build.tgz" build/opennn; ls -la "$OUT/opennn-build.tgz"
-      fi
-      tp --engines opennn-graph,opennn-resident --runs "$RUNS" --batch 128 ;;
+              kit run throughput --resume "$partial" --gpu 0 ${RESUME_FLAGS:-}; done ;;
+    opennn-build) build_opennn ;;
+    opennn) build_opennn && tp --engines opennn-graph,opennn-resident --runs "$RUNS" --batch 128 ;;
     old50) kit run throughput --runtime local --engines jax-xla --precision fp32 --runs "$RUNS" --warmup-steps 10 --steps 50 ;;
     *) say "unknown step $step" ;;
   esac
