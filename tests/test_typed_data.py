@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from pathlib import Path
 
 from kitctl.benchmarks.data.recorded import kept_runs, measured
@@ -165,17 +164,3 @@ def test_the_configuration_views_hold_every_recorded_key():
     train = TrainE2EConfig("c", "d", ("synthetic",), ("resnet18",), "auto", "cpu", 1, "jpeg90", 256, 8, 1, 1, 1,
                            None, 60.0, "py", window=window)
     assert set(train.to_json()) == {f.name for f in dataclasses.fields(TrainE2ERecorded)}
-
-
-def test_only_the_views_read_the_recorded_configuration():
-    """In dataload/, train_e2e/ and data/ the configuration is read through a typed view (`recorded(doc)`, the
-    agreement's `_Recorded`), and by key only where --resume rebuilds the strict configuration (session.py)."""
-    allowed = {"dataload/config.py": 1, "train_e2e/config.py": 1, "data/agreement.py": 1, "data/session.py": 1}
-    found = {}
-    for folder in ("dataload", "train_e2e", "data"):
-        for p in sorted((HOST / "benchmarks" / folder).glob("*.py")):
-            n = len(re.findall(r"""\[["']configuration["']\]|\.get\(["']configuration["']\)""", p.read_text()))
-            if n:
-                found[f"{folder}/{p.name}"] = n
-    assert found == allowed
-    assert "config_of(doc[\"configuration\"])" in (HOST / "benchmarks" / "data" / "session.py").read_text()
