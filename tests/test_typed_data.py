@@ -9,13 +9,15 @@ import json
 from pathlib import Path
 
 from kitctl.benchmarks.data.recorded import kept_runs, measured
-from kitctl.benchmarks.data.results import DataRun, Epoch, Steadiness, Summary, Window
+from kitctl.benchmarks.data.results import DataRun, Epoch, Window
 from kitctl.benchmarks.data.trial import TrialRun
 from kitctl.benchmarks.dataload import results as dl
 from kitctl.benchmarks.dataload.config import DataloadConfig, DataloadRecorded
 from kitctl.benchmarks.train_e2e import results as e2e
 from kitctl.benchmarks.train_e2e.config import TrainE2EConfig, TrainE2ERecorded
 from kitctl.core.loader_window import LoaderWindow
+from kitctl.core.stats import Summary
+from kitctl.core.steadiness import Steadiness
 from kitctl.core.typed import from_json, record_fields, to_json, updated
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,16 +11,16 @@ from pathlib import Path
 
 from kitctl.benchmarks.throughput.config import ThroughputConfig
 from kitctl.benchmarks.throughput.energy import FIELDS, window_energy, window_readings
-from kitctl.benchmarks.throughput.results import (PENDING_KEYS, CellEnergy, CellSteadiness, RunEnergy, ThroughputCell,
-                                                  ThroughputRun, ThroughputSummary, WindowReadings, cells)
+from kitctl.benchmarks.throughput.results import (PENDING_KEYS, CellEnergy, RunEnergy, ThroughputCell, ThroughputRun,
+                                                  WindowReadings, cells)
 from kitctl.benchmarks.throughput.run import (ThroughputPlan, ThroughputRunner, new_throughput_cell, run_figures,
                                               run_quality, run_record)
 from kitctl.core.budget import make_budget
 from kitctl.core.engines import ENGINES
 from kitctl.core.gpu import Telemetry
 from kitctl.core.outcome import MemoryPeaks, Status, TrialOutcome
-from kitctl.core.stats import summarize
-from kitctl.core.steadiness import cell_steadiness
+from kitctl.core.stats import Summary, summarize
+from kitctl.core.steadiness import Steadiness, cell_steadiness
 from kitctl.core.typed import from_json, record_fields, to_json, updated
 from kitctl.run.document import new_doc
 from kitctl.run.session import base_request
@@ -56,10 +56,10 @@ def test_every_committed_throughput_cell_reads_and_writes_back_unchanged():
         assert json.dumps([to_json(c) for c in typed]) == json.dumps(doc["results"]), name
         for c in typed:
             assert all(isinstance(r, ThroughputRun) for r in c.runs)
-            assert c.summary is None or isinstance(c.summary, ThroughputSummary)
+            assert c.summary is None or isinstance(c.summary, Summary)
             assert not c.ok or c.summary is not None
             assert c.energy is None or isinstance(c.energy, CellEnergy)
-            assert c.steadiness is None or isinstance(c.steadiness, CellSteadiness)
+            assert c.steadiness is None or isinstance(c.steadiness, Steadiness)
             assert all(isinstance(r.energy, RunEnergy) and isinstance(r.telemetry, WindowReadings)
                        for r in c.runs if r.window_rule is not None)
 
@@ -72,9 +72,9 @@ def _object(schema: dict) -> dict:
 def test_the_records_agree_with_the_json_schema():
     cell = DEFS["throughput_cell"]
     for cls, schema in ((ThroughputCell, cell), (ThroughputRun, DEFS["throughput_run"]),
-                        (ThroughputSummary, DEFS["throughput_summary"]), (RunEnergy, DEFS["run_energy"]),
+                        (Summary, DEFS["throughput_summary"]), (RunEnergy, DEFS["run_energy"]),
                         (CellEnergy, _object(cell["properties"]["energy"])),
-                        (CellSteadiness, _object(cell["properties"]["steadiness"]))):
+                        (Steadiness, _object(cell["properties"]["steadiness"]))):
         fields = {f.name: f for f in record_fields(cls)}
         assert set(schema["properties"]) <= set(fields), (cls.__name__, set(schema["properties"]) - set(fields))
         required = {n for n, f in fields.items()
@@ -107,8 +107,8 @@ def test_the_records_declare_what_the_run_writes_in_its_order():
     assert names(WindowReadings) == tuple(readings) == ("t_unix", *FIELDS)
     assert names(RunEnergy) == tuple(window_energy(readings, 1000.3, 1002.5, 401))
     summary = summarize([1.0, 2.0, 3.0])
-    assert names(ThroughputSummary) == tuple(summary)
-    assert names(CellSteadiness) == tuple(cell_steadiness([{"run": 1, "steady": True}], summary, 0.02))
+    assert names(Summary) == tuple(summary)
+    assert names(Steadiness) == tuple(cell_steadiness([{"run": 1, "steady": True}], summary, 0.02))
     assert PENDING_KEYS == tuple(new_throughput_cell("pytorch-eager", "fp32", 2))
     assert names(ThroughputCell) == (*PENDING_KEYS, "energy", "steadiness")
     # a run made here writes what the runner wrote as a dict

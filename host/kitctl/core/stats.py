@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from .typed import Record, from_json
+
 CI_METHOD = "order-statistic (binomial, distribution-free) interval of the median"
 
 
@@ -92,3 +94,25 @@ def summarize(xs: Sequence[float], level: float = 0.95) -> dict:
     return {"n": len(xs), "median": median(xs), "min": float(min(xs)), "max": float(max(xs)),
             "std": sample_std(xs), "ci_low": ci.low, "ci_high": ci.high, "ci_level": ci.level,
             "ci_requested_level": level, "ci_method": method}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Summary(Record):
+    """A cell's `summarize` as the artifact records it (the schema's throughput_summary): n, median, min, max, std,
+    the interval of the median and the level it reaches, the level asked for and how it was computed (the last two
+    absent in early artifacts)."""
+    n: int
+    median: float
+    min: float  # noqa: A003  (the JSON key)
+    max: float  # noqa: A003  (the JSON key)
+    std: float | None = None
+    ci_low: float | None
+    ci_high: float | None
+    ci_level: float | None
+    ci_requested_level: float | None = None
+    ci_method: str | None = None
+
+    @classmethod
+    def of(cls, values: list[float], level: float) -> Summary:
+        """The summary of `values` at the interval level `level`, as summarize writes it."""
+        return from_json(cls, summarize(values, level))

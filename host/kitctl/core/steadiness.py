@@ -2,7 +2,10 @@
 dataload, train-e2e's loader alone; docs/method.md, "Steadiness, measured")."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
+
+from .typed import Record
 
 # A cell whose interval of the median spans more than this share of the median is NOT STEADY: its runs
 # disagree with one another.
@@ -27,3 +30,17 @@ def cell_steadiness(runs: list[dict[str, Any]], summary: dict[str, Any] | None, 
     return {"steady": steady, "why": "; ".join(why) or None, "runs_not_steady": unsteady,
             "runs_judged": len(judged), "tolerance": tolerance, "interval_spread": spread,
             "max_interval_spread": MAX_INTERVAL_SPREAD}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Steadiness(Record):
+    """`cell_steadiness` as the artifact records it: whether the cell's figure is steady (None: no run measured its
+    halves) and why not, the runs whose window halves differ, how many were judged, the tolerance and the interval's
+    spread against its limit."""
+    steady: bool | None = None
+    why: str | None = None
+    runs_not_steady: tuple[int, ...] = ()
+    runs_judged: int | None = None
+    tolerance: float | None = None
+    interval_spread: float | None = None
+    max_interval_spread: float | None = None

@@ -12,7 +12,7 @@ from typing import Any
 
 from ...core.recorded import view
 from ...core.typed import Record, from_json
-from .results import Summary
+from ...core.stats import Summary
 
 AGREE_WITHIN = 0.10
 SOURCE = "ram"  # train-e2e reads its datasets from the page cache: dataload's "ram" source

@@ -1,13 +1,33 @@
 """What dataload's and train-e2e's recorded results share, typed: a run's trial outcome (`DataRun`, the base of
-both benchmarks' runs), the median of a cell's runs (`Summary`), a cell's steadiness (`Steadiness`) and what the
+both benchmarks' runs) and what the
 loader measurement records of its epochs and window (`Epoch`, `Window`). Each benchmark's own cells and runs are in
 its results.py; core/typed.py turns them to and from the artifact's JSON, tests/test_typed_data.py checks them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...core.stats import summarize
-from ...core.typed import Record, from_json
+from ...core.typed import Record
+
+
+class CellEnd:
+    """How a data cell ended, from its status, reason and runs (a mixin of dataload's and train-e2e's cells)."""
+    status: str
+    reason: str | None
+    runs: tuple[DataRun, ...]
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def runs_ok(self) -> int:
+        """How many of its runs passed."""
+        return sum(1 for r in self.runs if r.ok)
+
+    @property
+    def failure(self) -> str | None:
+        """Why the cell has no figure (its reason), or None where it did not fail (data/caveats.py)."""
+        return (self.reason or self.status) if self.status == "failed" else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -25,41 +45,6 @@ class DataRun(Record):
     @property
     def ok(self) -> bool:
         return self.status == "ok"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Summary(Record):
-    """The median of a cell's runs (core/stats.py's summarize, the schema's throughput_summary): n, median, min,
-    max, std, the interval of the median and the level it reaches, the level asked for and how it was computed."""
-    n: int
-    median: float
-    min: float  # noqa: A003  (the JSON key)
-    max: float  # noqa: A003  (the JSON key)
-    std: float | None = None
-    ci_low: float | None
-    ci_high: float | None
-    ci_level: float | None
-    ci_requested_level: float | None = None
-    ci_method: str | None = None
-
-    @classmethod
-    def of(cls, values: list[float], level: float) -> Summary:
-        """The summary of `values` at the interval level `level`, as summarize writes it."""
-        return from_json(cls, summarize(values, level))
-
-
-@dataclass(frozen=True, kw_only=True)
-class Steadiness(Record):
-    """Whether a cell's figure is steady (core/steadiness.py's cell_steadiness; None: no run measured its halves)
-    and why not, the runs whose window halves differ, how many were judged, the tolerance and the interval's
-    spread against its limit."""
-    steady: bool | None = None
-    why: str | None = None
-    runs_not_steady: tuple[int, ...] = ()
-    runs_judged: int | None = None
-    tolerance: float | None = None
-    interval_spread: float | None = None
-    max_interval_spread: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

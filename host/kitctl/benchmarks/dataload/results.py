@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core.typed import Record, from_json
-from ..data.results import DataRun, Epoch, Steadiness, Summary, Window
+from ...core.stats import Summary
+from ...core.steadiness import Steadiness
+from ..data.results import CellEnd, DataRun, Epoch, Window
 from ..data.trial import TrialRun
 
 
@@ -81,7 +83,7 @@ PENDING_KEYS = ("loader", "encoding", "side", "source", "workers", "status", "re
 
 
 @dataclass(frozen=True, kw_only=True)
-class DataloadCell(Record):
+class DataloadCell(CellEnd, Record):
     """One loader × encoding × side × source × workers: how it ended (pending, ok or failed, and why it failed),
     its runs and their summary (None unless ok); under the window rule, the median start-up over its runs and its
     steadiness (absent before the rule, and until the cell finishes)."""
@@ -107,20 +109,6 @@ class DataloadCell(Record):
     def key(self) -> tuple[str, str, int, str, int]:
         """The cell's place in the configuration's grid (DataloadConfig.cells)."""
         return self.loader, self.encoding, self.side, self.source, self.workers
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
-    @property
-    def runs_ok(self) -> int:
-        """How many of its runs passed."""
-        return sum(1 for r in self.runs if r.ok)
-
-    @property
-    def failure(self) -> str | None:
-        """Why the cell has no figure (its reason), or None where it did not fail (data/caveats.py)."""
-        return (self.reason or self.status) if self.status == "failed" else None
 
 
 def cells(doc: dict[str, Any]) -> list[DataloadCell]:

@@ -9,7 +9,8 @@ from ..data.corpus import corpus_images, corpus_key
 from ..data.datasets import dataset_dir, prepare_datasets
 from ..data.loaders import GPU_LOADERS
 from ..data.recorded import kept_runs, measured
-from ..data.results import Steadiness, Summary
+from ...core.stats import Summary
+from ...core.steadiness import Steadiness
 from ..data.session import save
 from ..data.trial import Where, run_on_dataset
 from .config import FORMAT_OF, DataloadConfig

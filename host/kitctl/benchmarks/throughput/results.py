@@ -1,6 +1,7 @@
 """throughput's recorded results, typed: a cell per engine × precision (`ThroughputCell`) with its runs
 (`ThroughputRun`: the run's figures, its window's steadiness, energy and readings, then the trial's outcome), its
-summary over the runs (`ThroughputSummary`), energy (`CellEnergy`) and steadiness (`CellSteadiness`). The runner
+summary over the runs (core/stats.py's `Summary`), energy (`CellEnergy`) and steadiness (core/steadiness.py's
+`Steadiness`). The runner
 writes them, the end table, the report and --resume read them; core/typed.py turns them to and from the artifact's
 JSON, and tests/test_typed_throughput.py checks them against the JSON Schema.
 
@@ -11,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ...core.stats import Summary
+from ...core.steadiness import Steadiness
 from ...core.typed import Record, from_json
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,41 +76,11 @@ class ThroughputRun(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ThroughputSummary(Record):
-    """The median of a cell's runs (core/stats.py's summarize): n, median, min, max, std, the interval of the median
-    and the level it reaches, the level asked for and how it was computed (the last two absent in early
-    artifacts)."""
-    n: int
-    median: float
-    min: float
-    max: float
-    std: float | None = None
-    ci_low: float | None
-    ci_high: float | None
-    ci_level: float | None
-    ci_requested_level: float | None = None
-    ci_method: str | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
 class CellEnergy(Record):
     """A cell's energy: medians over its runs of joules per image and mean watts, and how many runs it had."""
     joules_per_image: float | None
     mean_watts: float | None
     runs: int | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class CellSteadiness(Record):
-    """Whether a cell's figure is steady (core/steadiness.py's cell_steadiness) and why not; None where no run
-    measured its halves."""
-    steady: bool | None
-    why: str | None
-    runs_not_steady: tuple[int, ...] = ()
-    runs_judged: int | None = None
-    tolerance: float | None = None
-    interval_spread: float | None = None
-    max_interval_spread: float | None = None
 
 
 # The keys a new cell records; energy and steadiness come when it finishes (see `updated`).
@@ -128,12 +101,12 @@ class ThroughputCell(Record):
     status: str | None = None
     reason: str = ""
     runs: tuple[ThroughputRun, ...]
-    summary: ThroughputSummary | None = None
+    summary: Summary | None = None
     warmup_seconds: float | None = None
     peak_vram: dict[str, Any] | None = None
     trials: tuple[dict[str, Any], ...] = ()
     energy: CellEnergy | None = None
-    steadiness: CellSteadiness | None = None
+    steadiness: Steadiness | None = None
 
     @classmethod
     def pending(cls, engine: str, precision: str, batch: int) -> ThroughputCell:

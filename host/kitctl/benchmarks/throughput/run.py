@@ -19,13 +19,12 @@ from ...core.outcome import Status, TrialOutcome
 from ...core.protocol import TrialRequest
 from ...run.runner import UnitRunner
 from ...core.watch import Watcher
-from ...core.stats import median, summarize
-from ...core.steadiness import cell_steadiness
+from ...core.stats import Summary, median, summarize
+from ...core.steadiness import Steadiness, cell_steadiness
 from ...core.typed import from_json, to_json, updated
 from .config import STEADY_TOLERANCE
 from .energy import run_steadiness, window_energy, window_readings
-from .results import (CellEnergy, CellSteadiness, RunEnergy, ThroughputCell, ThroughputRun, ThroughputSummary,
-                      WindowReadings, cells)
+from .results import CellEnergy, RunEnergy, ThroughputCell, ThroughputRun, WindowReadings, cells
 
 
 @dataclass
@@ -205,11 +204,11 @@ class ThroughputRunner(UnitRunner):
                            warmup_seconds=None, energy=None, steadiness=None)
         else:
             warm = [r.warmup_seconds for r in runs if r.warmup_seconds is not None]
-            summary = from_json(ThroughputSummary, summarize([r.images_per_second for r in runs], self.plan.ci_level))
+            summary = from_json(Summary, summarize([r.images_per_second for r in runs], self.plan.ci_level))
             steadiness = cell_steadiness([to_json(r) for r in runs], to_json(summary), self.plan.steady_tolerance)
             cell = updated(cell, peak_vram=peak_vram, state="done", status="ok", reason="", summary=summary,
                            warmup_seconds=median(warm) if warm else None, energy=_medians(runs),
-                           steadiness=from_json(CellSteadiness, steadiness))
+                           steadiness=from_json(Steadiness, steadiness))
         self._put(at, cell)
         self.save()
         return cell

@@ -11,7 +11,8 @@ from ...core.recorded import view
 from ...core.tables import Ratio, engine_label, pair_ratios
 from ...reports.format import interval
 from .config import ThroughputRecorded
-from .results import CellEnergy, CellSteadiness, ThroughputCell, cells
+from ...core.steadiness import Steadiness
+from .results import CellEnergy, ThroughputCell, cells
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ def throughput_rows(doc: dict[str, Any]) -> list[ThroughputRow]:
         ci_low, ci_high, ci_level, std = ((_num(s.ci_low), _num(s.ci_high), _num(s.ci_level), _num(s.std))
                                           if s is not None else (None, None, None, None))
         energy = c.energy if isinstance(c.energy, CellEnergy) and not failed else None
-        steadiness = c.steadiness if isinstance(c.steadiness, CellSteadiness) and not failed else None
+        steadiness = c.steadiness if isinstance(c.steadiness, Steadiness) and not failed else None
         windows = [float(r.window_seconds) for r in runs if _num(r.window_seconds) is not None]
         rows.append(ThroughputRow(
             c.engine, c.precision, default_batch if c.batch is None else c.batch, median, ci_low, ci_high, ci_level,

@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core.typed import Record, from_json, record_fields
-from ..data.results import DataRun, Epoch, Steadiness, Summary, Window
+from ...core.stats import Summary
+from ...core.steadiness import Steadiness
+from ..data.results import CellEnd, DataRun, Epoch, Window
 from ..data.trial import TrialRun
 
 
@@ -150,7 +152,7 @@ PENDING_KEYS = ("model", "loader", "status", "reason", "runs", "summary")
 
 
 @dataclass(frozen=True, kw_only=True)
-class TrainE2ECell(Record):
+class TrainE2ECell(CellEnd, Record):
     """One model × loader: how it ended (pending, ok or failed, and why it failed), its runs and their summaries
     (None unless ok); under the window rule, the loader alone's steadiness over the runs (absent before the rule,
     for synthetic, and until the cell finishes)."""
@@ -171,20 +173,6 @@ class TrainE2ECell(Record):
     def key(self) -> tuple[str, str]:
         """The cell's place in the configuration's grid (TrainE2EConfig.cells)."""
         return self.model, self.loader
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
-    @property
-    def runs_ok(self) -> int:
-        """How many of its runs passed."""
-        return sum(1 for r in self.runs if r.ok)
-
-    @property
-    def failure(self) -> str | None:
-        """Why the cell has no figure (its reason), or None where it did not fail (data/caveats.py)."""
-        return (self.reason or self.status) if self.status == "failed" else None
 
 
 def cells(doc: dict[str, Any]) -> list[TrainE2ECell]:

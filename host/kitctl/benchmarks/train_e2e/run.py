@@ -9,7 +9,9 @@ from ..data.loaders import LOADER_FORMAT as FORMAT_OF
 from ..data.corpus import corpus_images, corpus_key
 from ..data.datasets import dataset_dir, prepare_datasets
 from ..data.recorded import kept_runs, measured
-from ..data.results import Steadiness, Summary, Window
+from ...core.stats import Summary
+from ...core.steadiness import Steadiness
+from ..data.results import Window
 from ..data.session import save
 from ..data.trial import Where, run_on_dataset
 from .config import TrainE2EConfig

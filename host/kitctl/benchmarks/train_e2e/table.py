@@ -6,7 +6,7 @@ from typing import Any
 
 from ...reports.format import interval, unfinished
 from ...core.loader_window import steady_text
-from ..data.results import Summary
+from ...core.stats import Summary
 from .config import TrainE2ERecorded, recorded
 from .results import cells
 
