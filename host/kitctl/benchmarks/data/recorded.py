@@ -4,12 +4,41 @@ own window says (images ÷ seconds)."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from ...core.typed import updated
 
 # The trial computes the figure as images / seconds; JSON round-trips a float exactly, so only an edit differs.
 REL_TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True)
+class DataRecorded:
+    """The "configuration" keys dataload and train-e2e both record, as an artifact recorded them (each value as
+    written, a missing key its default: kitctl.core.recorded); each benchmark's view adds its own. The window keys
+    are absent before the window rule."""
+    corpus: Any = None
+    data_dir: Any = None
+    loaders: Any = ()
+    runs: Any = None
+    batch: Any = None
+    limit: Any = None
+    timeout_s: Any = None
+    python: Any = None
+    runtime: Any = None
+    image_tag: Any = None
+    ci_level: Any = None
+    window_images: Any = None
+    window_seconds: Any = None
+    steady_tolerance: Any = None
+    window_rule: Any = None
+    pipeline: Any = ""
+
+    @property
+    def has_window_rule(self) -> bool:
+        """Whether the run was measured under the window rule (artifacts from before it keep their table)."""
+        return isinstance(self.window_rule, str)
 
 
 class MeasuredRun(Protocol):

@@ -16,6 +16,7 @@ from ..data.throttle import ReadCap, block_device
 from ...core.gpu import detect_gpu
 from ...core.loader_window import LoaderWindow
 from ...core.recorded import view
+from ..data.recorded import DataRecorded
 
 LOADERS = LOADER_NAMES
 FORMAT_OF, ENCODINGS = LOADER_FORMAT, DATA_ENCODINGS  # which format each loader reads; what a dataset can hold
@@ -165,40 +166,19 @@ class DataloadConfig:
 
 
 @dataclass(frozen=True)
-class DataloadRecorded:
+class DataloadRecorded(DataRecorded):
     """dataload's "configuration" as an artifact recorded it, for the end table, reports, compare and the agreement
     check: each value as written, a missing key its default (see kitctl.core.recorded; `DataloadConfig` above is
     the strict side, rebuilt from a partial's record for --resume). The window keys are absent before the rule."""
 
-    corpus: Any = None
-    data_dir: Any = None
-    loaders: Any = ()
     workers: Any = ()
     sources: Any = ()
     encodings: Any = ()
     sides: Any = ()
-    runs: Any = None
     epochs: Any = None
-    batch: Any = None
-    limit: Any = None
-    timeout_s: Any = None
-    python: Any = None
-    runtime: Any = None
-    image_tag: Any = None
-    ci_level: Any = None
     read_mbps: Any = None
     read_cap: Any = None
-    window_images: Any = None
-    window_seconds: Any = None
-    steady_tolerance: Any = None
-    window_rule: Any = None
-    pipeline: Any = ""
     sources_meaning: Any = None
-
-    @property
-    def has_window_rule(self) -> bool:
-        """Whether the run was measured under the window rule (artifacts from before it keep their table)."""
-        return isinstance(self.window_rule, str)
 
 
 def recorded(doc: dict[str, Any]) -> DataloadRecorded:

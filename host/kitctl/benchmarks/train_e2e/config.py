@@ -18,6 +18,7 @@ from ...errors import Fail
 from ...run.config import DataLaunch, check_counts
 from ...core.loader_window import STEADY_TOLERANCE, LoaderWindow
 from ...core.recorded import view
+from ..data.recorded import DataRecorded
 
 # dali-gpu's batches stay in DALI's GPU tensors (no hand-off to torch in the trial yet)
 LOADERS = ("synthetic", *TRAIN_LOADERS)
@@ -173,41 +174,20 @@ class TrainE2EConfig:
 
 
 @dataclass(frozen=True)
-class TrainE2ERecorded:
+class TrainE2ERecorded(DataRecorded):
     """train-e2e's "configuration" as an artifact recorded it, for the end table, reports, compare and the agreement
     check: each value as written, a missing key its default (see kitctl.core.recorded; `TrainE2EConfig` above is
     the strict side, rebuilt from a partial's record for --resume). The window keys are absent before the rule."""
 
-    corpus: Any = None
-    data_dir: Any = None
-    loaders: Any = ()
     models: Any = ()
     precision: Any = None
     device: Any = None
     workers: Any = None
     encoding: Any = None
     side: Any = None
-    batch: Any = None
     warmup: Any = None
     steps: Any = None
-    runs: Any = None
-    limit: Any = None
-    timeout_s: Any = None
-    python: Any = None
-    runtime: Any = None
-    image_tag: Any = None
-    ci_level: Any = None
-    window_images: Any = None
-    window_seconds: Any = None
-    steady_tolerance: Any = None
-    window_rule: Any = None
-    pipeline: Any = ""
     synthetic_meaning: Any = ""
-
-    @property
-    def has_window_rule(self) -> bool:
-        """Whether the loader alone was measured under the window rule (artifacts from before it keep their table)."""
-        return isinstance(self.window_rule, str)
 
 
 def recorded(doc: dict[str, Any]) -> TrainE2ERecorded:
