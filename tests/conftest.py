@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import importlib
+import json
 import os
 import subprocess
 import sys
@@ -279,3 +280,16 @@ def cdi_client():
         t0 = time.monotonic()
         subprocess.run(["bash", str(CDI_SCRIPT), "stop"], capture_output=True, text=True, timeout=120)
         print(f"\n[cdi daemon] stopped in {time.monotonic() - t0:.1f} s")
+
+
+def committed_artifacts(*benchmarks: str) -> list[tuple[Path, dict]]:
+    """The kitctl artifacts of these benchmarks committed under results/reference/ and tests/data/, read."""
+    out = []
+    for path in sorted({*(ROOT / "results" / "reference").rglob("*.json"), *(ROOT / "tests" / "data").rglob("*.json")}):
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            continue
+        if isinstance(doc, dict) and doc.get("kind") == "kitctl-artifact" and doc.get("benchmark") in benchmarks:
+            out.append((path, doc))
+    return out

@@ -19,6 +19,7 @@ from kitctl.core.loader_window import LoaderWindow
 from kitctl.core.stats import Summary
 from kitctl.core.steadiness import Steadiness
 from kitctl.core.typed import from_json, record_fields, to_json, updated
+from conftest import committed_artifacts
 
 ROOT = Path(__file__).resolve().parents[1]
 HOST = ROOT / "host" / "kitctl"
@@ -27,15 +28,7 @@ CELLS = {"dataload": dl.cells, "train-e2e": e2e.cells}
 
 
 def _committed() -> list[tuple[Path, dict]]:
-    out = []
-    for path in sorted([*(ROOT / "results" / "reference").glob("*.json"), *(ROOT / "tests" / "data").glob("*.json")]):
-        try:
-            doc = json.loads(path.read_text())
-        except ValueError:
-            continue
-        if isinstance(doc, dict) and doc.get("kind") == "kitctl-artifact" and doc.get("benchmark") in CELLS:
-            out.append((path, doc))
-    return out
+    return committed_artifacts(*CELLS)
 
 
 def fields(cls) -> dict[str, dataclasses.Field]:

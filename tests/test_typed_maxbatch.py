@@ -16,24 +16,13 @@ from kitctl.benchmarks.maxbatch.results import (NEW_CELL_KEYS, CellOverhead, Max
 from kitctl.core.budget import Overhead
 from kitctl.core.outcome import MemoryPeaks, Status, TrialOutcome
 from kitctl.core.typed import RecordError, from_json, record_fields, to_json, updated
+from conftest import committed_artifacts
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((ROOT / "host" / "kitctl" / "schema" / "artifact.schema.json").read_text())
 
 
-def _committed() -> list[Path]:
-    out = []
-    for path in sorted({*(ROOT / "results" / "reference").rglob("*.json"), *(ROOT / "tests" / "data").rglob("*.json")}):
-        try:
-            doc = json.loads(path.read_text())
-        except (ValueError, UnicodeDecodeError):
-            continue
-        if isinstance(doc, dict) and doc.get("kind") == "kitctl-artifact" and doc.get("benchmark") == "maxbatch":
-            out.append(path)
-    return out
-
-
-COMMITTED = _committed()
+COMMITTED = [path for path, _ in committed_artifacts("maxbatch")]
 
 
 def fields(cls) -> dict[str, dataclasses.Field]:

@@ -24,6 +24,7 @@ from kitctl.core.steadiness import Steadiness, cell_steadiness
 from kitctl.core.typed import from_json, record_fields, to_json, updated
 from kitctl.run.document import new_doc
 from kitctl.run.session import base_request
+from conftest import committed_artifacts
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((ROOT / "host" / "kitctl" / "schema" / "artifact.schema.json").read_text())
@@ -31,15 +32,7 @@ DEFS = SCHEMA["$defs"]
 
 
 def committed() -> list[tuple[str, dict]]:
-    out = []
-    for path in sorted([*(ROOT / "results" / "reference").glob("*.json"), *(ROOT / "tests" / "data").glob("*.json")]):
-        try:
-            doc = json.loads(path.read_text())
-        except ValueError:
-            continue
-        if isinstance(doc, dict) and doc.get("kind") == "kitctl-artifact" and doc.get("benchmark") == "throughput":
-            out.append((path.name, doc))
-    return out
+    return [(path.name, doc) for path, doc in committed_artifacts("throughput")]
 
 
 def names(cls) -> tuple[str, ...]:
