@@ -10,6 +10,7 @@ written again is unchanged, whatever kitctl wrote it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from dataclasses import dataclass, field
@@ -85,7 +86,7 @@ def from_json(cls: type[T], data: Any) -> T:
     with no default)."""
     if not isinstance(data, dict):
         raise RecordError(f"{cls.__name__}: expected an object, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     kwargs: dict[str, Any] = {}
     fields = record_fields(cls)
     for f in fields:
@@ -106,6 +107,12 @@ def updated(record: R, **changes: Any) -> R:
         return dataclasses.replace(record, **changes)
     keys = record.recorded_keys + tuple(k for k in changes if k not in record.recorded_keys)
     return dataclasses.replace(record, **changes, recorded_keys=keys)
+
+
+@functools.lru_cache(maxsize=None)
+def _hints(cls: type) -> dict[str, Any]:
+    """A record type's resolved annotations (resolved once per type: every cell of every artifact is read)."""
+    return typing.get_type_hints(cls)
 
 
 class RecordError(ValueError):
