@@ -5,7 +5,8 @@
 #   CALL_LIMIT_S=585 bash tools/device-calls/data-steady.sh STEP... 2>&1 | tee $OUT/data-steady.log
 # Steps, in the order given, each stopped (SIGINT: its partial is kept and copied to $OUT) when the call's time
 # is up:
-#   load       kitctl run dataload, LOADERS (default ffcv,pytorch-nvjpeg), RUNS runs (default 3)
+#   load       kitctl run dataload, LOADERS (default ffcv,pytorch-nvjpeg), RUNS runs (default 3), jpeg90@256
+#   load:L:E:S the same for loaders L, encoding E and side S (e.g. load:ffcv:raw:256, load:ffcv:jpeg90:512)
 #   yardstick  tools/nvjpeg_pipeline.py on the same folder dataset: a plain batched decode_jpeg(device=cuda)
 #              pipeline timed by the same window (pytorch-nvjpeg's figure is set against it)
 #   e2e        kitctl run train-e2e, resnet50, E2E_LOADERS (default ffcv), E2E_RUNS runs (default 3): its
@@ -52,8 +53,10 @@ fi
 
 for step in "$@"; do
   case $step in
-    load) kit run dataload --corpus data/corpus --loaders "$LOADERS" --workers "$WORKERS" --source ram \
-            --encoding jpeg90 --side 256 --runs "$RUNS" --batch 256 --timeout 300 ;;
+    load|load:*)
+      IFS=: read -r _ l e s <<< "$step"
+      kit run dataload --corpus data/corpus --loaders "${l:-$LOADERS}" --workers "$WORKERS" --source ram \
+        --encoding "${e:-jpeg90}" --side "${s:-256}" --runs "$RUNS" --batch 256 --timeout 300 ;;
     yardstick)
       ds=$(find data -maxdepth 3 -type d -name "folder-jpeg90-256-n${IMAGES}*" | head -1)
       if [ -z "$ds" ] || (( $(left) < 60 )); then say "yardstick skipped (dataset '$ds', left $(left) s)"; continue; fi
