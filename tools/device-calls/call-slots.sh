@@ -28,6 +28,20 @@ for c in doc["results"]:
           f"{'SAME' if got == want.get(c['precision']) else 'DIFFERENT'}); {len(c['trials'])} candidates, "
           f"{len(c.get('cancelled', []))} cancelled; gate {c.get('slot_gate')}; wall {c.get('slots_wall_s')} s")
 EOF
+# The bf16 pair again by a sequential search with this code (VERIFY=0 skips): the committed bf16 references
+# predate the framework's 64 MiB slack, so their allocator cap was 64 MiB larger; this checks the slots' bf16
+# answer against a sequential search under the same cap.
+if [ "${VERIFY:-1}" = 1 ] && [ -n "$final" ] && (( $(left) > 150 )); then
+  pair=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(*[f\"{c['max_batch']} {c['next_batch']}\" for c in d['results'] if c['precision']=='bf16'])" "$final")
+  if [ -n "$pair" ]; then
+    set -- $pair
+    say "bf16 sequential check of $1/$2 (left $(left) s)"
+    timeout -s INT $(( $(left) - 120 )) tools/device-kitctl.sh run maxbatch --runtime local --engines pytorch-eager \
+      --precision bf16 --vram-limit 16376 --timeout 120 --start-batch "$1" --max-batch "$2" 2>&1 | grep -v '…$'
+    echo "rc=${PIPESTATUS[0]}"
+    save "$(ls -t results/maxbatch-*.json 2>/dev/null | grep -v partial | head -1)"
+  fi
+fi
 # The peers on the same question and cap, in the same call (PEERS=0 skips): Lightning's binsearch with its
 # defaults and with max_val 65536 / margin 0, accelerate's finder from 16,384; each finder a fresh process under
 # the allocator fraction the committed sequential fp32 search's candidates ran under.
