@@ -8,7 +8,7 @@
 #   load       kitctl run dataload, LOADERS (default ffcv,pytorch-nvjpeg), RUNS runs (default 3), jpeg90@256
 #   load:L:E:S the same for loaders L, encoding E and side S (e.g. load:ffcv:raw:256, load:ffcv:jpeg90:512)
 #   yardstick  tools/nvjpeg_pipeline.py on the same folder dataset: a plain batched decode_jpeg(device=cuda)
-#              pipeline timed by the same window (pytorch-nvjpeg's figure is set against it)
+#              pipeline timed by the same window as dataload (its defaults passed: 50,000 images, 30 s; pytorch-nvjpeg's figure is set against it)
 #   e2e        kitctl run train-e2e, resnet50, E2E_LOADERS (default ffcv), E2E_RUNS runs (default 3): its
 #              loader-alone figure against dataload's for the same data, source and workers
 #   resume     RESUME=<partial>: continue a partial of a previous call on this (warm) machine
@@ -62,7 +62,7 @@ for step in "$@"; do
       if [ -z "$ds" ] || (( $(left) < 60 )); then say "yardstick skipped (dataset '$ds', left $(left) s)"; continue; fi
       say "tools/nvjpeg_pipeline.py --dataset $ds (left $(left) s)"
       t0=$SECONDS
-      timeout -s INT $(( $(left) - 5 )) python3 tools/nvjpeg_pipeline.py --dataset "$ds" --batch 256 | tee "$OUT/nvjpeg-yardstick.json"
+      timeout -s INT $(( $(left) - 5 )) python3 tools/nvjpeg_pipeline.py --dataset "$ds" --batch 256 --window-images 50000 --window-seconds 30 | tee "$OUT/nvjpeg-yardstick.json"
       echo "rc=${PIPESTATUS[0]} after $(( SECONDS - t0 )) s" ;;
     e2e) kit run train-e2e --corpus data/corpus --model resnet50 --loaders "$E2E_LOADERS" --workers "$WORKERS" \
            --encoding jpeg90 --side 256 --batch 256 --runs "$E2E_RUNS" --timeout 300 ;;
