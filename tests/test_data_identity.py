@@ -214,3 +214,21 @@ def test_data_verify_reads_every_byte(sources, corpora, tmp_path):
         assert len(p.stderr.strip().splitlines()) == 1
     p = kitctl(sources, "data", "verify", tmp_path)
     assert p.returncode == 2 and "neither a corpus" in p.stderr
+
+
+def test_resume_of_a_partial_from_another_gpu_is_refused_and_keeps_it(sources, tmp_path):
+    """A dataload partial recorded on the H200 (its GPU's UUID in host.gpu): here (no GPU, or another one) its
+    pytorch-nvjpeg runs would fail one by one; the resume is refused in one line and the partial is untouched."""
+    from conftest import ROOT
+
+    src = ROOT / "results/reference/dataload-rrc224-corpus-20261203T133518Z.partial.json"
+    uuid = json.loads(src.read_text())["host"]["gpu"]["uuid"]
+    partial = tmp_path / src.name
+    shutil.copy2(src, partial)
+    before = partial.read_bytes()
+    for _ in range(2):  # the refusal releases the partial's lock: a second try says the same
+        p = kitctl(sources, "run", "dataload", "--resume", partial)
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and len(lines) == 1 and f"the partial ran on NVIDIA H200 {uuid}" in lines[0], p.stderr
+    assert sorted(x.name for x in tmp_path.iterdir()) == [src.name]  # nothing written beside it
+    assert partial.read_bytes() == before

@@ -35,6 +35,8 @@ def open_store(benchmark: str, results_dir: Path, resume: Path | None,
             if doc.get("benchmark") != benchmark:
                 store.release()
                 raise Fail(f"--resume {resume}: a {doc.get('benchmark')} artifact, not {benchmark}")
+            if uses_gpu:
+                _same_gpu_or_refuse(resume, doc, store)
             cfg = config_of(configuration(doc))
             doc.setdefault("resumes", []).append({"argv": sys.argv, "utc": art.utc_iso()})
             doc["state"] = "running"
@@ -44,6 +46,22 @@ def open_store(benchmark: str, results_dir: Path, resume: Path | None,
         return store, new_doc(benchmark, cfg.to_json(), detect_gpu() if uses_gpu else None), cfg
     except art.ArtifactError as exc:
         raise Fail(str(exc)) from None
+
+
+def _same_gpu_or_refuse(resume: Path, doc: dict[str, Any], store: art.ArtifactStore) -> None:
+    """A partial whose trials had a GPU continues only where that GPU is: its remaining trials are pinned to the
+    recorded UUID (a GPU loader elsewhere would fail every run), and its finished cells were measured on that
+    machine, whose CPU and memory are the loaders' as much as the GPU is."""
+    recorded = (doc.get("host") or {}).get("gpu") or {}
+    if not recorded.get("uuid"):
+        return
+    here = detect_gpu()
+    if (here or {}).get("uuid") == recorded["uuid"]:
+        return
+    store.release()
+    where = "no GPU" if here is None else f"{here.get('name', 'a GPU')} {here.get('uuid')}"
+    raise Fail(f"--resume {resume}: the partial ran on {recorded.get('name', 'a GPU')} {recorded['uuid']}, "
+               f"not on this host ({where} here); continue it on that machine, or start a new run")
 
 
 def run_command(benchmark: str, results_dir: Path, resume: Path | None, new_config: Callable[[], Any],
