@@ -17,6 +17,16 @@ from ..core.tables import engine_label
 _MODEL_NAMES = {"resnet50": "ResNet-50"}
 
 
+
+def _budget_slack(cell: dict) -> float | None:
+    """The MiB a cell's trials kept between their allocator's cap and the budget they were told, as their
+    results record it (trials from before that slack record nothing)."""
+    for t in cell.get("trials") or []:
+        slack = ((t.get("result") or {}).get("settings") or {}).get("budget_slack_mib")
+        if isinstance(slack, (int, float)):
+            return float(slack)
+    return None
+
 def cudnn_text(v: Any) -> str:
     """91900 → "9.19.0"; 8907 → "8.9.7"; strings pass through."""
     if isinstance(v, int) and not isinstance(v, bool):
@@ -121,6 +131,10 @@ def _measured_kitctl(src: Source) -> list[list[str]]:
         if c.get("framework_budget_mib") is not None:
             cap = (d["engines"].get(c["engine"]) or {}).get("framework_cap", "")
             text += f"; framework told B − overhead = {num(c['framework_budget_mib'])} MiB" + (f" ({cap})" if cap else "")
+            slack = _budget_slack(c)
+            if slack:  # the trial caps its allocator this far under what it was told (kittrial.FRAMEWORK_SLACK_MIB)
+                text += (f", which the trial caps {num(slack)} MiB under: "
+                         f"{num(c['framework_budget_mib'] - slack)} MiB")
         rows.append([f"Calibrated overhead, {cell_label(c['engine'], c['precision'])}", text])
     rates = [t["peaks"].get("sample_rate_hz") for c in _kit_cells(src)
              for t in [c.get("calibration")] + list(c.get("trials", [])) if t]
