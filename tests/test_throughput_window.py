@@ -228,6 +228,8 @@ def test_a_cell_is_steady_only_when_every_run_is_and_its_runs_agree():
     assert (ok["steady"], ok["why"], ok["interval_spread"]) == (True, None, pytest.approx(0.07))
     wide = cell_steadiness(runs, {"median": 100.0, "ci_low": 90.0, "ci_high": 111.0}, 0.02)
     assert wide["steady"] is False and "interval spans 21% of the median" in wide["why"]
+    edge = cell_steadiness(runs, {"median": 100.0, "ci_low": 95.0, "ci_high": 105.2}, 0.02)  # 10.2 %: over the limit
+    assert edge["steady"] is False and "interval spans 10.2% of the median (more than 10%)" in edge["why"]
     one = cell_steadiness([*runs, {"run": 3, "steady": False}], {"median": 100.0, "ci_low": 99.0, "ci_high": 101.0},
                           0.02)
     assert one["steady"] is False and one["runs_not_steady"] == [3] and "1 of 3 runs" in one["why"]

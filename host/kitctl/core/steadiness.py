@@ -25,7 +25,9 @@ def cell_steadiness(runs: list[dict[str, Any]], summary: dict[str, Any] | None, 
     if unsteady:
         why.append(f"{len(unsteady)} of {len(runs)} runs' window halves differ by more than {tolerance:.0%}")
     if spread is not None and spread > MAX_INTERVAL_SPREAD:
-        why.append(f"the interval spans {spread:.0%} of the median (more than {MAX_INTERVAL_SPREAD:.0%})")
+        # one decimal where a whole percent would read as the limit itself ("10% … more than 10%")
+        shown = f"{spread:.0%}" if round(spread, 2) > MAX_INTERVAL_SPREAD else f"{spread:.1%}"
+        why.append(f"the interval spans {shown} of the median (more than {MAX_INTERVAL_SPREAD:.0%})")
     steady = False if why else (True if judged else None)
     return {"steady": steady, "why": "; ".join(why) or None, "runs_not_steady": unsteady,
             "runs_judged": len(judged), "tolerance": tolerance, "interval_spread": spread,
