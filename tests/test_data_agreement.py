@@ -26,6 +26,7 @@ def docs(ratio: float) -> tuple[dict, dict]:
     load = json.loads(DATALOAD.read_text())
     e2e = json.loads(E2E.read_text())
     e2e["host"] = copy.deepcopy(load["host"])  # the same kind of machine
+    e2e["datasets"] = copy.deepcopy(load["datasets"])  # read from the same corpus
     e2e["configuration"].update(window_images=50000, window_seconds=30.0, workers=16, batch=256,
                                 encoding="jpeg90", side=256)
     ffcv = next(c for c in load["results"] if c["loader"] == "ffcv")
@@ -56,13 +57,17 @@ def test_one_more_than_ten_percent_apart_is_named_in_the_report(tmp_path):
     assert "The kit against itself" in out and "DIFFER by more than 10%" in out
 
 
-def test_no_pair_across_machines_workers_or_before_the_window_rule():
+def test_no_pair_across_machines_workers_corpora_or_before_the_window_rule():
     load, e2e = docs(1.0)
     other = copy.deepcopy(e2e)
     other["host"]["gpu"]["name"] = "NVIDIA H100 80GB HBM3"
     assert pairs([("a", load), ("b", other)]) == []
     other = copy.deepcopy(e2e)
     other["configuration"]["workers"] = 8
+    assert pairs([("a", load), ("b", other)]) == []
+    other = copy.deepcopy(e2e)
+    for d in other["datasets"]:  # another corpus: twice the images, so other epochs
+        d.update(corpus_identity="8d567e46daf4e3f1", corpus_images=40000)
     assert pairs([("a", load), ("b", other)]) == []
     other = copy.deepcopy(e2e)
     other["configuration"]["window_images"] = None  # start-up inside the figure: not comparable

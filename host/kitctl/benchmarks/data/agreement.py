@@ -90,6 +90,15 @@ def machine(doc: dict[str, Any]) -> str:
     return f"{gpu}, {host.get('cpu_count')} CPUs, host {host.get('hostname')}"
 
 
+def corpus(doc: dict[str, Any]) -> tuple[Any, Any] | None:
+    """The data a run read: its datasets' corpus identity and image count, when they all name one (None where its
+    datasets disagree or record none). Two corpora of other sizes are other data: a 20,000-image and a 40,000-image
+    corpus give a loader other epochs."""
+    found = {(d.get("corpus_identity"), d.get("corpus_images")) for d in doc.get("datasets") or []
+             if isinstance(d, dict) and d.get("corpus_identity")}
+    return found.pop() if len(found) == 1 else None
+
+
 def _windowed(doc: dict[str, Any], benchmark: str) -> _Recorded | None:
     """The recorded configuration of a `benchmark` artifact measured under the window rule (else None)."""
     if doc.get("benchmark") != benchmark:
@@ -132,13 +141,13 @@ def loader_alone_cells(doc: dict[str, Any]) -> dict[tuple, tuple[float, int]]:
 
 def pairs(docs: list[tuple[str, dict[str, Any]]]) -> list[Pair]:
     """Every (dataload cell, train-e2e loader alone) pair of the named documents with the same loader, encoding,
-    side, workers and batch on the same kind of machine."""
+    side, workers and batch, read from the same corpus, on the same kind of machine."""
     out = []
-    alone_of = [(ename, machine(e), loader_alone_cells(e)) for ename, e in docs]
+    alone_of = [(ename, machine(e), corpus(e), loader_alone_cells(e)) for ename, e in docs]
     for dname, d in docs:
-        load, where = dataload_cells(d), machine(d)
-        for ename, e_machine, alone_cells in alone_of:
-            if where != e_machine:
+        load, where, data = dataload_cells(d), machine(d), corpus(d)
+        for ename, e_machine, e_data, alone_cells in alone_of:
+            if where != e_machine or data != e_data:
                 continue
             for key, (alone, n_alone) in alone_cells.items():
                 if key in load:
@@ -152,7 +161,7 @@ def report_lines(docs: list[tuple[str, dict[str, Any]]]) -> list[str]:
     found = pairs(docs)
     if not found:
         return []
-    lines = ["The kit against itself — dataload beside train-e2e's loader alone (same data, RAM source, workers "
+    lines = ["The kit against itself — dataload beside train-e2e's loader alone (same corpus and data, RAM source, workers "
              f"and batch, same kind of machine; they should agree within {AGREE_WITHIN:.0%}):", "",
              "| Loader | Data | Workers | dataload images/s | loader alone images/s | difference | |",
              "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
