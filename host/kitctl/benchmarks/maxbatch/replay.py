@@ -108,7 +108,8 @@ def replay(doc: dict[str, Any], strategy: str, compiled: bool = True) -> list[Re
         d, hist = run_search(oracle, search_config(doc, cell), strategy)
         el = {t.batch: float(t.elapsed_s) for t in cell.trials if t.elapsed_s is not None}
         secs = sum(el[min(el, key=lambda x: (abs(x - t[0]), x))] for t in hist) if el else 0.0
-        out.append(Replay(cell.engine, cell.precision, len(cell.trials),
+        # the recorded search's own candidates: a slots or speculative run also holds some off its path
+        out.append(Replay(cell.engine, cell.precision, sum(1 for t in cell.trials if t.on_search_path),
                           (cell.max_batch, cell.next_batch), len(hist), (d.max_batch, d.next_batch),
                           tuple(t[0] for t in hist), secs))
     return out
