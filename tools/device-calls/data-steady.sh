@@ -8,7 +8,8 @@
 #   load       kitctl run dataload, LOADERS (default ffcv,pytorch-nvjpeg), RUNS runs (default 3), jpeg90@256
 #   load:L:E:S the same for loaders L, encoding E and side S (e.g. load:ffcv:raw:256, load:ffcv:jpeg90:512)
 #   yardstick  tools/nvjpeg_pipeline.py on the same folder dataset: a plain batched decode_jpeg(device=cuda)
-#              pipeline timed by the same window as dataload (its defaults passed: 50,000 images, 30 s; pytorch-nvjpeg's figure is set against it)
+#              pipeline timed by the same window as dataload (its defaults passed: 50,000 images, 30 s);
+#              pytorch-nvjpeg's figure is set against it
 #   e2e        kitctl run train-e2e, resnet50, E2E_LOADERS (default ffcv), E2E_RUNS runs (default 3): its
 #              loader-alone figure against dataload's for the same data, source and workers
 #   resume     RESUME=<partial>: continue a partial of a previous call on this (warm) machine

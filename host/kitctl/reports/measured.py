@@ -17,7 +17,6 @@ from ..core.tables import engine_label
 _MODEL_NAMES = {"resnet50": "ResNet-50"}
 
 
-
 def _budget_slack(cell: dict) -> float | None:
     """The MiB a cell's trials kept between their allocator's cap and the budget they were told, as their
     results record it (trials from before that slack record nothing)."""
@@ -26,6 +25,7 @@ def _budget_slack(cell: dict) -> float | None:
         if isinstance(slack, (int, float)):
             return float(slack)
     return None
+
 
 def cudnn_text(v: Any) -> str:
     """91900 → "9.19.0"; 8907 → "8.9.7"; strings pass through."""

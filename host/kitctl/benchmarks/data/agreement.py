@@ -161,8 +161,8 @@ def report_lines(docs: list[tuple[str, dict[str, Any]]]) -> list[str]:
     found = pairs(docs)
     if not found:
         return []
-    lines = ["The kit against itself — dataload beside train-e2e's loader alone (same corpus and data, RAM source, workers "
-             f"and batch, same kind of machine; they should agree within {AGREE_WITHIN:.0%}):", "",
+    lines = ["The kit against itself — dataload beside train-e2e's loader alone (same corpus and data, RAM source, "
+             f"workers and batch, same kind of machine; they should agree within {AGREE_WITHIN:.0%}):", "",
              "| Loader | Data | Workers | dataload images/s | loader alone images/s | difference | |",
              "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
     for p in found:
