@@ -109,7 +109,14 @@ def runs(corpus, tmp_path_factory) -> dict[str, Path]:
     assert p.returncode == 0, p.stderr + p.stdout
     [dl], [te] = finals(res, "dataload"), finals(res, "train-e2e")
     return {"dataload": dl, "train-e2e": te, "base": base, "dataload_stdout": out["dataload_stdout"],
-            "train_stdout": p.stdout}
+            "train_stdout": p.stdout, "train_stderr": p.stderr}
+
+
+def test_train_e2e_says_up_front_when_the_corpus_puts_an_epoch_start_inside_the_window(runs):
+    # 12 images; (1 warm-up + 2 × 1 worker + 6 + 2 timed steps) × the batch are more than one epoch
+    said = " ".join(runs["train_stderr"].split())  # the progress console wraps long lines
+    assert said.count("cross an epoch start") == 1
+    assert f"end {(1 + 2 + 6 + 2) * BATCH:,} images into the loader's epoch and the corpus holds 12:" in said
 
 
 def test_dataload_records_the_rule_the_start_up_apart_and_steadiness(runs):

@@ -165,6 +165,12 @@ class TrainE2EConfig:
     def cells(self) -> list[tuple[str, str]]:
         return [(m, ld) for m in self.models for ld in self.loaders]
 
+    def images_to_last_timed_step(self) -> int:
+        """The images a loader hands out from its epoch's start through the last timed step: the warm-up steps, the
+        batches it can have read ahead, dropped before the window (2 × workers + 6: trials/dataload/train_e2e.py),
+        and the timed steps. A corpus (or --limit) smaller than this puts an epoch start inside the window."""
+        return (self.warmup + 2 * self.workers + 6 + self.steps) * self.batch
+
     def image(self, loader: str) -> str | None:
         """The image a docker run of the loader starts (None with the local runtime)."""
         return loader_image(TRAIN_IMAGE[loader], self.image_tag) if self.runtime == "docker" else None

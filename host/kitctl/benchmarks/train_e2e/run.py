@@ -46,6 +46,10 @@ def run(cfg: TrainE2EConfig, store, doc: dict[str, Any], note: Callable[[str], N
     save(store, doc)
     n = corpus_images(cfg.corpus, cfg.limit)
     corpus_id = corpus_key(cfg.corpus)
+    need = cfg.images_to_last_timed_step()
+    if need > n and any(ld != "synthetic" for ld in cfg.loaders):
+        note(f"note: the timed steps end {need:,} images into the loader's epoch and the corpus holds {n:,}: each "
+             f"loader's window will cross an epoch start and hold its restart (≥ {need:,} images keep it inside one)")
     recorded = cells(doc)  # a resumed run's cells, read once: each is written back in its place
     at: dict[tuple, int] = {}
     for i, c in enumerate(recorded):
