@@ -168,6 +168,12 @@ def pytest_configure(config):
     # inherits it, whatever else a test changes in its environment. Kept on the machine between runs, so a
     # graph compiled once (same torch, same shapes) is a cache hit for every later test and run.
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(INDUCTOR_CACHE))
+    # A suite started in the background (`cmd &`, nohup) inherits SIGINT ignored, and so would every kitctl it
+    # starts: the tests of what SIGINT does would then test nothing. Python's own handler, as in a terminal.
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 # ---- Docker -------------------------------------------------------------------------------------
