@@ -70,6 +70,9 @@ def test_no_pair_across_machines_workers_corpora_or_before_the_window_rule():
         d.update(corpus_identity="8d567e46daf4e3f1", corpus_images=40000)
     assert pairs([("a", load), ("b", other)]) == []
     other = copy.deepcopy(e2e)
+    other["configuration"]["limit"] = 10000  # half of the same corpus: other epochs too
+    assert pairs([("a", load), ("b", other)]) == []
+    other = copy.deepcopy(e2e)
     other["configuration"]["window_images"] = None  # start-up inside the figure: not comparable
     assert pairs([("a", load), ("b", other)]) == []
     assert report_lines([("a", load)]) == []

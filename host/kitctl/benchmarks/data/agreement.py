@@ -55,6 +55,7 @@ class _Recorded:
     encoding: Any = None
     side: Any = None
     workers: Any = None
+    limit: Any = None
 
 
 # What the pairing reads of the two benchmarks' cells (their records are dataload/results.py's DataloadCell and
@@ -91,12 +92,18 @@ def machine(doc: dict[str, Any]) -> str:
 
 
 def corpus(doc: dict[str, Any]) -> tuple[Any, Any] | None:
-    """The data a run read: its datasets' corpus identity and image count, when they all name one (None where its
-    datasets disagree or record none). Two corpora of other sizes are other data: a 20,000-image and a 40,000-image
-    corpus give a loader other epochs."""
+    """The data a run read: its datasets' corpus identity and the images it read of it (the corpus's count, or
+    --limit's when smaller), when they all name one corpus (None where its datasets disagree or record none). Other
+    counts are other data: 20,000 and 40,000 images give a loader other epochs."""
     found = {(d.get("corpus_identity"), d.get("corpus_images")) for d in doc.get("datasets") or []
              if isinstance(d, dict) and d.get("corpus_identity")}
-    return found.pop() if len(found) == 1 else None
+    if len(found) != 1:
+        return None
+    identity, images = found.pop()
+    limit = view(_Recorded, doc).limit
+    if isinstance(limit, int) and isinstance(images, int):
+        images = min(images, limit)
+    return identity, images
 
 
 def _windowed(doc: dict[str, Any], benchmark: str) -> _Recorded | None:
