@@ -13,6 +13,8 @@
 #   e2e        kitctl run train-e2e, resnet50, E2E_LOADERS (default ffcv), E2E_RUNS runs (default 3): its
 #              loader-alone figure against dataload's for the same data, source and workers
 #   resume     RESUME=<partial>: continue a partial of a previous call on this (warm) machine
+# E2E_WORKERS (default 16) applies to e2e; WORKERS (default 16; a comma list sweeps), SOURCE (default ram; cold, or ram,cold) and WINDOW_S (dataload's
+# --window-seconds) apply to the load steps.
 # The corpus (DATA_IMAGES, default 20,000) is made once per machine under data/ and reused by a later call on
 # the same warm machine.
 set -u
@@ -23,7 +25,11 @@ RUNS=${RUNS:-3}
 LOADERS=${LOADERS:-ffcv,pytorch-nvjpeg}
 E2E_LOADERS=${E2E_LOADERS:-ffcv}
 E2E_RUNS=${E2E_RUNS:-3}
+E2E_WORKERS=${E2E_WORKERS:-16}
 WORKERS=${WORKERS:-16}
+SOURCE=${SOURCE:-ram}
+WINDOW=()  # WINDOW_S=<s>: dataload's --window-seconds (a longer window than the default 30 s)
+[ -n "${WINDOW_S:-}" ] && WINDOW=(--window-seconds "$WINDOW_S")
 
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
   .whl-data/*.whl || { echo "pip install of .whl-data failed"; exit 2; }
@@ -56,8 +62,8 @@ for step in "$@"; do
   case $step in
     load|load:*)
       IFS=: read -r _ l e s <<< "$step"
-      kit run dataload --corpus data/corpus --loaders "${l:-$LOADERS}" --workers "$WORKERS" --source ram \
-        --encoding "${e:-jpeg90}" --side "${s:-256}" --runs "$RUNS" --batch 256 --timeout 300 ;;
+      kit run dataload --corpus data/corpus --loaders "${l:-$LOADERS}" --workers "$WORKERS" --source "$SOURCE" \
+        --encoding "${e:-jpeg90}" --side "${s:-256}" --runs "$RUNS" --batch 256 --timeout 300 "${WINDOW[@]}" ;;
     yardstick)
       ds=$(find data -maxdepth 3 -type d -name "folder-jpeg90-256-n${IMAGES}*" | head -1)
       if [ -z "$ds" ] || (( $(left) < 60 )); then say "yardstick skipped (dataset '$ds', left $(left) s)"; continue; fi
@@ -65,7 +71,7 @@ for step in "$@"; do
       t0=$SECONDS
       timeout -s INT $(( $(left) - 5 )) python3 tools/nvjpeg_pipeline.py --dataset "$ds" --batch 256 --window-images 50000 --window-seconds 30 | tee "$OUT/nvjpeg-yardstick.json"
       echo "rc=${PIPESTATUS[0]} after $(( SECONDS - t0 )) s" ;;
-    e2e) kit run train-e2e --corpus data/corpus --model resnet50 --loaders "$E2E_LOADERS" --workers "$WORKERS" \
+    e2e) kit run train-e2e --corpus data/corpus --model resnet50 --loaders "$E2E_LOADERS" --workers "$E2E_WORKERS" \
            --encoding jpeg90 --side 256 --batch 256 --runs "$E2E_RUNS" --timeout 300 ;;
     resume) kit run "${RESUME_KIND:?RESUME_KIND=dataload|train-e2e}" --resume "${RESUME:?RESUME=<partial>}" ;;
     *) say "unknown step $step" ;;
