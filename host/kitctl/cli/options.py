@@ -23,7 +23,9 @@ O_DEVICE = typer.Option(Device.auto, help="auto (default): the GPU when one is u
                         "memory cap it prints; cuda; or cpu (capped: --memory-limit, else the same default cap).")
 O_GPU = typer.Option(None, help="GPU index (NVML order) or UUID; default 0. With --resume: continue on "
                      "this GPU, which must be the same model, memory and driver as the partial's.")
-O_VRAM_LIMIT = typer.Option(None, help="L in MiB (default: the card's total): emulate a smaller card.")
+O_VRAM_LIMIT = typer.Option(None, help="L in MiB or a card's name such as rtx4080 or a100-40g (default: this "
+                            "card's total): emulate a smaller card. Max batch takes a comma list too: one run per "
+                            "card size (a catalogue).")
 O_RESERVE = typer.Option(256, help="R in MiB; the budget is B = L − R.")
 O_TIMEOUT = typer.Option(None, help=f"Seconds per candidate before the kit kills it (default {DEFAULT_TIMEOUT_S:.0f}, "
                          "at most 7 days).")

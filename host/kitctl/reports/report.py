@@ -173,6 +173,9 @@ def _overview(sources: list[Source], plots: list[PlotFile], base: Path) -> list[
     from ..benchmarks.data.agreement import report_lines
 
     lines += report_lines([(s.name, s.doc) for s in sources if s.kind == KITCTL])
+    from ..benchmarks.maxbatch import catalogue  # max-batch runs under several limits: max batch against VRAM
+
+    lines += catalogue.report_lines(sources)
     overview_plots = [p for p in plots if p.source is None]
     if overview_plots:
         lines += _plot_lines(overview_plots, base)

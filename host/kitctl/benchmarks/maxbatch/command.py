@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 from pathlib import Path
 from typing import Optional
 
 from ...run import session
+from ...core.cards import VramLimit, parse_vram_limits
 from ...core.device import default_cpu_max_batch
 from ...output import ResultOutput
 from .search.strategies import STRATEGIES
@@ -20,6 +22,7 @@ from ...cli.view import run_view
 from ...core.engines import ENGINES
 from .config import AUTO_ENGINES, DEFAULT_MAX_BATCH, GPU_DEFAULT_ENGINES, MaxbatchConfig, engines_for
 from .run import Lane, Runner, RunPlan, SlotPlan
+from .catalogue import print_catalogue, sizes
 from .table import all_have_capacity, print_table
 
 # Max-batch's own --engines: `auto` picks the list that fits the device (config.engines_for).
@@ -35,7 +38,7 @@ def maxbatch(
     precision: Precision = O_PRECISION,
     device: Device = O_DEVICE,
     gpu: Optional[str] = O_GPU,
-    vram_limit: Optional[int] = O_VRAM_LIMIT,
+    vram_limit: Optional[str] = O_VRAM_LIMIT,
     reserve: int = O_RESERVE,
     start_batch: int = Option(128, help="First candidate."),
     max_batch: int = Option(DEFAULT_MAX_BATCH, help="Largest batch the search may try."),
@@ -74,8 +77,37 @@ def maxbatch(
                         "per core); the answer is the one-slot search's."),
 ) -> None:
     """Largest training batch that completes one ResNet-50 step, per engine and precision."""
+    flags = dict(locals())  # the parameters, for each run of a catalogue
     session.check_output_flags(csv)
     console = ResultOutput(as_json, csv)
+    try:
+        limits = parse_vram_limits(vram_limit) if vram_limit is not None else (None,)
+    except Fail as exc:
+        raise fail(exc)
+    if len(limits) == 1:
+        doc, _ = _one_run(ctx, console, limits[0], (), flags)
+        session.finish_output(console, doc)
+        raise Exit(EXIT_OK if all_have_capacity(doc) else EXIT_INCOMPLETE)
+    # A catalogue: one run per card size, in the order given, each its own artifact (an interrupted one keeps
+    # its partial; the finished ones stay); the table of every size at the end.
+    docs: list[tuple[str, dict]] = []
+    for limit in limits:
+        doc, final = _one_run(ctx, console, limit, limits, flags)
+        docs.append((final.name, doc))
+    print_catalogue(console, sizes(docs))
+    session.finish_output(console, [d for _, d in docs])
+    raise Exit(EXIT_OK if all(all_have_capacity(d) for _, d in docs) else EXIT_INCOMPLETE)
+
+
+def _one_run(ctx: Context, console: ResultOutput, limit: VramLimit | None, catalogue: tuple[VramLimit, ...],
+             flags: dict) -> tuple[dict, Path]:
+    """One max-batch run under one --vram-limit (None: the card's total): its artifact and table. `flags`: the
+    command's parameters. In a catalogue every limit is checked against the card (and --slots) before the
+    first runs, so a size that cannot run refuses the whole list with nothing written."""
+    f = SimpleNamespace(**flags)
+    engines, precision, device, gpu, vram_limit = f.engines, f.precision, f.device, f.gpu, f.vram_limit
+    memory_limit, runtime, python, gpus, cluster, gpu_model = (f.memory_limit, f.runtime, f.python, f.gpus,
+                                                                f.cluster, f.gpu_model)
     left_out: list[str] = []  # what --engines auto left out on this device, said at the start and the end
 
     def new_config() -> MaxbatchConfig:
@@ -86,22 +118,35 @@ def maxbatch(
         picked = engines_for(engines, choice.device)
         if picked.note:
             left_out.append(picked.note)
-        top = max_batch
+        top = f.max_batch
         if choice.device == "cpu" and ctx.get_parameter_source("max_batch").name in ("DEFAULT", "DEFAULT_MAP"):
-            top = default_cpu_max_batch(choice.memory_limit_mib or 0, start_batch)  # one the cap bounds
-        cfg = MaxbatchConfig.from_flags(picked.engines, precision.value, choice.device, vram_limit, reserve,
-                                        start_batch, top, timeout, runtime.value, dataset.value,
-                                        data_dir, cudnn_benchmark, choice.memory_limit_mib, calibration_batch,
-                                        strategy, gpu, gpu_request.value, gpus, cluster,
-                                        gpu_model, speculate, image_size=image_size, slots=slots)
+            top = default_cpu_max_batch(choice.memory_limit_mib or 0, f.start_batch)  # one the cap bounds
+        cfg = MaxbatchConfig.from_flags(picked.engines, precision.value, choice.device, limit and limit.mib,
+                                        f.reserve, f.start_batch, top, f.timeout, runtime.value, f.dataset.value,
+                                        f.data_dir, f.cudnn_benchmark, choice.memory_limit_mib,
+                                        f.calibration_batch, f.strategy, gpu, f.gpu_request.value, gpus, cluster,
+                                        gpu_model, f.speculate, image_size=f.image_size, slots=f.slots)
         return cfg.with_run(replace(cfg.run, device_choice=choice))
 
-    s = session.start(MaxbatchConfig, given_flags(ctx), resume, timeout, gpu, results_dir, python,
-                     require_gpu_idle, idle_threshold,
+    s = session.start(MaxbatchConfig, given_flags(ctx), f.resume, f.timeout, gpu, f.results_dir, python,
+                     f.require_gpu_idle, f.idle_threshold,
                      new_config,
-                     gpu_request=gpu_request.value, allow_code_change=allow_code_change)
+                     gpu_request=f.gpu_request.value, allow_code_change=f.allow_code_change)
     s.notes[1:1] = left_out  # after the device line
     cfg: MaxbatchConfig = s.config
+    if catalogue and catalogue[0] is limit:
+        try:
+            check_catalogue(catalogue, s, cfg)
+        except Fail as exc:
+            s.rt.close()
+            s.store.release()
+            raise fail(exc)
+    if limit is not None and limit.card is not None:
+        s.doc["vram_card"] = limit.card.to_json()
+    if catalogue:
+        this = catalogue.index(limit) + 1
+        s.doc["vram_catalogue"] = {"limits_mib": [v.mib for v in catalogue], "this": this}
+        s.notes.insert(1, f"card size {this}/{len(catalogue)}: --vram-limit {limit.label}")
     plan = RunPlan(engines=s.engines, precisions=list(cfg.run.precisions),
                    base_request=session.base_request("maxbatch", cfg.run, batch=1), search=cfg.search,
                    strategy=cfg.strategy, timeout_s=cfg.run.timeout_s, budget=s.gpuctx.budget if s.gpuctx else None,
@@ -110,7 +155,7 @@ def maxbatch(
     slot_plan = None
     if cfg.slots != "1":
         try:
-            lanes, slot_plan = slot_lanes(cfg, s, plan, idle_threshold)
+            lanes, slot_plan = slot_lanes(cfg, s, plan, f.idle_threshold)
         except (Fail, RuntimeUnavailable) as exc:
             s.rt.close()
             s.store.release()
@@ -143,8 +188,27 @@ def maxbatch(
     print_table(console, cfg.run.model, cfg.run.dataset, doc, final)
     for note in left_out:  # on stderr: stdout holds only the result
         err.print(note)
-    session.finish_output(console, doc)
-    raise Exit(EXIT_OK if all_have_capacity(doc) else EXIT_INCOMPLETE)
+    return doc, final
+
+
+def check_catalogue(limits: tuple[VramLimit, ...], s: session.Setup, cfg: MaxbatchConfig) -> None:
+    """Every size of a catalogue fits the card, and --slots N fits at each (Fail naming the first that does
+    not), checked once the first run has opened the GPU."""
+    from ...core.slots import GPU_CONTEXT_ALLOWANCE_MIB, SlotsError, fit, parse_slots
+
+    if s.gpuctx is None:
+        return
+    total = s.gpuctx.info.total_mib
+    for v in limits:
+        if v.mib > total:
+            raise Fail(f"--vram-limit {v.label} is above this card's {total:,.0f} MiB; nothing run")
+        if v.mib - cfg.run.reserve_mib <= 0:
+            raise Fail(f"--reserve {cfg.run.reserve_mib} MiB leaves no budget under --vram-limit {v.label}")
+        if cfg.slots != "1":
+            try:
+                fit(parse_slots(cfg.slots), v.mib, GPU_CONTEXT_ALLOWANCE_MIB, total, "GPU total (NVML)")
+            except SlotsError as exc:
+                raise Fail(f"{exc} (at --vram-limit {v.label}); nothing run") from None
 
 
 def slot_lanes(cfg: MaxbatchConfig, s: session.Setup, plan: RunPlan,

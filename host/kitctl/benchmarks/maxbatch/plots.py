@@ -200,6 +200,9 @@ def plots_of(src: Source, sources: list[Source], out_dir: Path) -> list[PlotFile
 
 
 def plots_overview(sources: list[Source], out_dir: Path) -> list[PlotFile]:
-    """Every result's max batches side by side (two or more results with rows)."""
+    """Every result's max batches side by side (two or more results with rows); max batch against VRAM when the
+    results are one GPU model's runs under several limits (catalogue.py)."""
+    from .catalogue import plot_catalogue
+
     mb = [s for s in sources if s.rows]
-    return [plot_maxbatch(mb, out_dir)] if len(mb) > 1 else []
+    return ([plot_maxbatch(mb, out_dir)] if len(mb) > 1 else []) + plot_catalogue(sources, out_dir)

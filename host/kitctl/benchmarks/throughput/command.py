@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Optional
 
 from ...run import session
+from ...core.cards import one_vram_limit
 from ...output import ResultOutput
 from ...errors import EXIT_INCOMPLETE, EXIT_OK, Exit
 from ...cli.options import (O_ALLOW_CODE_CHANGE, O_CSV, O_CUDNN, O_DATASET, O_DATA_DIR, O_DEVICE, O_ENGINES, O_GPU,
@@ -24,7 +25,7 @@ def throughput(
     precision: Precision = O_PRECISION,
     device: Device = O_DEVICE,
     gpu: Optional[str] = O_GPU,
-    vram_limit: Optional[int] = O_VRAM_LIMIT,
+    vram_limit: Optional[str] = O_VRAM_LIMIT,
     reserve: int = O_RESERVE,
     batch: int = Option(128, help="Training batch of every run."),
     runs: int = Option(5, help="Fresh processes/containers per engine × precision."),
@@ -66,10 +67,15 @@ def throughput(
 
     session.check_output_flags(csv)
     console = ResultOutput(as_json, csv)
+    named: list = []  # the card --vram-limit named, recorded in the artifact
+
     def new_config() -> ThroughputConfig:
+        limit = one_vram_limit(vram_limit, "run throughput")
+        if limit is not None and limit.card is not None:
+            named.append(limit.card)
         choice = choose_device(device.value, memory_limit, runtime.value, python, engines, gpu=gpu,
                                vram_limit=vram_limit)
-        cfg = ThroughputConfig.from_flags(engines, precision.value, choice.device, vram_limit, reserve,
+        cfg = ThroughputConfig.from_flags(engines, precision.value, choice.device, limit and limit.mib, reserve,
                                           batch, runs, warmup_steps, steps, timeout, runtime.value,
                                           dataset.value, data_dir, cudnn_benchmark, choice.memory_limit_mib, gpu,
                                           gpu_request.value, image_size=image_size,
@@ -83,6 +89,8 @@ def throughput(
                      new_config,
                      gpu_request=gpu_request.value, allow_code_change=allow_code_change)
     cfg: ThroughputConfig = s.config
+    if named:
+        s.doc["vram_card"] = named[0].to_json()
     base = session.base_request("throughput", cfg.run, **cfg.request_fields())
     plan = ThroughputPlan(engines=s.engines, precisions=list(cfg.run.precisions), base_request=base, runs=cfg.runs,
                           timeout_s=cfg.run.timeout_s, budget=s.gpuctx.budget if s.gpuctx else None,
