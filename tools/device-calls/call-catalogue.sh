@@ -4,8 +4,9 @@
 # tools/device-kitctl.sh --stamp). From the repo root there:
 #   CALL_LIMIT_S=540 bash tools/device-calls/call-catalogue.sh 2>&1 | tee $OUT/catalogue.log
 # SIZES (default 8192,rtx4080,rtx4090,a100-40g,rtx3060,rtx-a6000) run in the order given; when the call's time is
-# up the run is stopped (SIGINT): the sizes done are whole artifacts, the one running keeps its partial. All go to
-# $OUT, with each size's answer, slots and wall time.
+# up the run is stopped (SIGINT): the sizes done are whole artifacts, the one running keeps its partial. The
+# artifacts are written straight under $OUT/results (--results-dir): a call cut off by the machine's own limit
+# still returns every size finished before it (its first use saved them only at its end, and lost them so).
 set -u
 LIMIT=${CALL_LIMIT_S:-540}
 cd "$(dirname "$0")/../.."; . tools/device-calls/lib.sh
@@ -14,10 +15,9 @@ say "GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 say "pytorch-eager fp32 --vram-limit $SIZES --slots auto (left $(left) s)"
 t0=$SECONDS
 timeout -s INT $(( $(left) - 10 )) tools/device-kitctl.sh run maxbatch --runtime local --engines pytorch-eager \
-  --precision fp32 --vram-limit "$SIZES" --timeout 120 --slots auto 2>&1 | grep -v '…$'; echo "rc=${PIPESTATUS[0]}"
+  --precision fp32 --vram-limit "$SIZES" --timeout 120 --slots auto --results-dir "$OUT/results" 2>&1 | grep -v '…$'; echo "rc=${PIPESTATUS[0]}"
 say "took $(( SECONDS - t0 )) s"
-for f in results/maxbatch-*.json; do save "$f"; done
-python3 - results/maxbatch-*.json <<'PY'
+python3 - "$OUT"/results/maxbatch-*.json <<'PY'
 import json, sys
 for f in sys.argv[1:]:
     d = json.load(open(f))
