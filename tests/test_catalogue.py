@@ -125,3 +125,20 @@ def test_the_report_draws_max_batch_against_vram_from_runs_under_two_limits(tmp_
     assert plot.data["lines"]["PyTorch eager fp32"] == [[16376 / 1024, 8832.0], [143771 / 1024, 83968.0]]
     # one run alone, or runs of one limit, draw no catalogue
     assert "Max batch against VRAM" not in render([sources[1]])
+
+
+def test_a_limit_shows_the_latest_bounded_answer_of_each_engine():
+    """Two bf16 searches at 16,376 MiB: 17,088 (2026-12-01, before the 64 MiB framework slack) and 17,024
+    (2026-12-04): the later one is shown whichever order the files come in; a censored answer never displaces a
+    bounded one."""
+    from kitctl.benchmarks.maxbatch.catalogue import sizes
+
+    old = json.loads((REF / "maxbatch-resnet50-synthetic-20261201T035836Z.json").read_text())
+    new = json.loads((REF / "maxbatch-resnet50-synthetic-20261204T134910Z.json").read_text())
+    censored = json.loads((REF / "maxbatch-resnet50-synthetic-20261201T213626Z.json").read_text())  # jax bf16 ≥
+    complete = json.loads((REF / "maxbatch-resnet50-synthetic-20261201T215512Z.json").read_text())
+    for order in ([("o", old), ("n", new)], [("n", new), ("o", old)]):
+        (size,) = sizes(order)
+        assert size.figure("pytorch-eager", "bf16").max_batch == 17024 and "n" in size.names
+    (size,) = sizes([("c", complete), ("x", {**censored, "created_utc": "2099-01-01T00:00:00Z"})])
+    assert size.figure("jax-xla", "bf16").figure_text == "27,098"

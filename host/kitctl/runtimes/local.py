@@ -68,7 +68,7 @@ def _load_prctl():
 _prctl = _load_prctl()
 
 
-def _preexec(limit_mib: int | None):
+def _preexec(limit_mib: int | None, cpus: tuple[int, ...] = ()):
     """preexec_fn, run in the forked child before exec.
 
     * The trial dies with its controller: it is in its own session, so a `kill -9` of kitctl
@@ -81,6 +81,7 @@ def _preexec(limit_mib: int | None):
       the sweep kills (runtimes/runstate.py).
     * With `limit_mib`, cap the trial's private data (RLIMIT_DATA) so an allocation beyond the
       host memory limit fails inside the framework and the trial reports `oom`.
+    * With `cpus`, hold the trial (and every thread and process it starts) to those CPUs, as `taskset -c` does.
     """
     parent = os.getpid()
 
@@ -88,6 +89,8 @@ def _preexec(limit_mib: int | None):
         if limit_mib is not None:
             b = int(limit_mib) * 2**20
             resource.setrlimit(resource.RLIMIT_DATA, (b, b))
+        if cpus:
+            os.sched_setaffinity(0, cpus)
         if _prctl is not None:
             _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             if os.getppid() != parent:
@@ -207,7 +210,7 @@ class LocalRuntime(Runtime):
         proc = subprocess.Popen(
             spec.local_command(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
             env=self._env(spec), start_new_session=True, text=True, errors="replace",
-            preexec_fn=_preexec(spec.memory_limit_mib),
+            preexec_fn=_preexec(spec.memory_limit_mib, spec.cpus),
         )
         group = _Group(proc)
         self.current = group

@@ -48,7 +48,8 @@ class TrialSpec:
     and no GPU attached (docker): a data trial with no GPU recorded.
     `memory_limit_mib`: the trial's memory (the local runtime caps its data segment, a container gets a memory
     limit without swap). `user`: the container's uid:gid (None: the image's). `labels`: the container's labels
-    beyond the run's own (run id, owner). `name`: the container's name (None: Docker's)."""
+    beyond the run's own (run id, owner). `name`: the container's name (None: Docker's). `cpus`: the CPUs it may
+    run on (dataload's --cpus; empty: the host's)."""
     program: tuple[str, ...]
     argv: tuple[str, ...]
     image: str = ""
@@ -61,6 +62,7 @@ class TrialSpec:
     labels: tuple[tuple[str, str], ...] = ()
     name: str | None = None
     record: Record = field(default_factory=Record)
+    cpus: tuple[int, ...] = ()  # the CPUs the trial is held to (locally its affinity, a container's cpuset); (): any
 
     def local_command(self) -> list[str]:
         return [*self.program, *self.argv]

@@ -56,6 +56,7 @@ class _Recorded:
     side: Any = None
     workers: Any = None
     limit: Any = None
+    cpus: Any = None  # dataload --cpus: runs held to some CPUs (train-e2e's loader alone never is)
 
 
 # What the pairing reads of the two benchmarks' cells (their records are dataload/results.py's DataloadCell and
@@ -123,7 +124,7 @@ def _median(summary: Any) -> tuple[float, int] | None:
 def dataload_cells(doc: dict[str, Any]) -> dict[tuple, tuple[float, int]]:
     """(loader, encoding, side, workers, batch) → (median, runs) of a windowed dataload artifact's RAM cells."""
     rec = _windowed(doc, "dataload")
-    if rec is None:
+    if rec is None or rec.cpus:  # held to some CPUs: not the pipeline train-e2e's loader alone times
         return {}
     out = {}
     for c in (from_json(_LoadCell, c) for c in doc.get("results") or []):

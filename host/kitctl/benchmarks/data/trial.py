@@ -139,7 +139,8 @@ def close_runtimes(run_id: str) -> None:
 
 
 def _spec(where: Where, image: str, argv: list[str], what: str, *, mounts: tuple[Mount, ...] = (),
-          user: str | None = None, gpu: bool = False, read_limit: bool = False, benchmark: str) -> TrialSpec:
+          user: str | None = None, gpu: bool = False, read_limit: bool = False, benchmark: str,
+          cpus: tuple[int, ...] = ()) -> TrialSpec:
     """A data trial as a unit of work. Locally: `python trial.py argv` with CUDA limited to the recorded GPU (if
     any). In a container of `image`: the mounts, `user`, the GPU attached only for a GPU loader with a recorded
     request, reads capped by `read_cap` when asked."""
@@ -151,7 +152,7 @@ def _spec(where: Where, image: str, argv: list[str], what: str, *, mounts: tuple
     caps = (ReadLimit(where.read_cap.device, where.read_cap.bytes_per_s),) if read_limit and where.read_cap else ()
     return TrialSpec(program=(where.python, str(trial_path())), argv=tuple(argv), image=image, mounts=mounts,
                      device=device, user=user, read_limits=caps, labels=(("kit.benchmark", benchmark),),
-                     record=Record(what=what))
+                     record=Record(what=what), cpus=cpus)
 
 
 def _caller() -> str:
@@ -184,11 +185,11 @@ def write_dataset(where: Where, benchmark: str, corpus: str, out: Path, fmt: str
 
 
 def run_on_dataset(where: Where, benchmark: str, image: str | None, argv: list[str], dataset: Path | None,
-                   timeout_s: float, gpu: bool = False) -> TrialRun:
+                   timeout_s: float, gpu: bool = False, cpus: tuple[int, ...] = ()) -> TrialRun:
     """One trial run reading `dataset` (given as `--dataset`; None: none): a fresh local process, or a fresh
     container of `image` with the dataset mounted read-only at /data (`gpu`: and the run's GPU attached), run as
     the dataset's owner (a cold source needs it: DONTNEED evicts only for the owner), its reads capped by the
-    run's read cap."""
+    run's read cap; held to `cpus` when given."""
     mounts: tuple[Mount, ...] = ()
     user = None
     if where.runtime == "docker":
@@ -202,5 +203,5 @@ def run_on_dataset(where: Where, benchmark: str, image: str | None, argv: list[s
             user = _caller()
     spec = _spec(where, image or "", [*argv, *(["--dataset", str(dataset)] if dataset else [])],
                  f"{benchmark}: {' '.join(argv[:3])}", mounts=mounts, user=user, gpu=gpu,
-                 read_limit=dataset is not None, benchmark=benchmark)
+                 read_limit=dataset is not None, benchmark=benchmark, cpus=cpus)
     return where.execute(spec, timeout_s)

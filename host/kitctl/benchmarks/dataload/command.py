@@ -44,6 +44,9 @@ def dataload(
     read_mbps: Optional[float] = Option(None, help="--runtime docker, --source cold: cap the loaders' reads "
                                         "of the datasets at N MB/s (Docker's --device-read-bps on the disk "
                                         "holding --data-dir): slow or network storage, emulated."),
+    cpus: Optional[str] = Option(None, help="Hold each run to some CPUs (as taskset -c does): workers (as many "
+                                 "as the cell has workers: the first N this host allows) or a list such as 0-7. "
+                                 "Unpinned, N workers use spare cores too."),
     results_dir: Path = O_RESULTS_DIR,
     resume: Optional[Path] = O_RESUME_DATA,
     as_json: bool = O_JSON,
@@ -57,7 +60,7 @@ def dataload(
         "dataload", results_dir, resume,
         lambda: DataloadConfig.from_flags(corpus, data_dir, loaders, workers, source, encoding, side, runs, epochs,
                                           batch, limit, timeout, python, runtime, image_tag, read_mbps,
-                                          window_images, window_seconds, steady_tolerance),
+                                          window_images, window_seconds, steady_tolerance, cpus),
         DataloadConfig.from_json,
         DataloadConfig.runtime_record, runner.run, print_table, all_ok, uses_gpu=True,
         as_json=as_json, csv=csv, given=given_flags(ctx))

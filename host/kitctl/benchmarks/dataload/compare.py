@@ -1,7 +1,8 @@
 """dataload's part of `kitctl compare`: per loader × data · source · workers, the change in median images/s,
 by throughput's rule (`median_change`: beyond noise when the intervals of the medians do not overlap, a
 regression also needs a drop of at least the threshold; one run: the threshold alone). Two runs measure the
-same thing only on as many cores, with as many images per epoch, the same batch and timed epochs."""
+same thing only on as many cores, with as many images per epoch, the same batch and timed epochs, and held to CPUs
+the same way (--cpus)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -42,7 +43,7 @@ def _epoch_images(doc: dict[str, Any]) -> int | None:
 
 def _setup(doc: dict[str, Any], rec: DataloadRecorded) -> dict[str, Any]:
     return {"cores": (doc.get("host") or {}).get("cpu_count"), "images per epoch": _epoch_images(doc),
-            "batch": rec.batch, "timed epochs": rec.epochs}
+            "batch": rec.batch, "timed epochs": rec.epochs, "--cpus": rec.cpus or "not held"}
 
 
 def _data_diffs(old: Source, new: Source) -> list[str]:

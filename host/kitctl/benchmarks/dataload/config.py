@@ -13,6 +13,7 @@ from ..data.checks import check_corpus, check_data_dir, check_workers, parse_int
 from ..data.corpus import corpus_images
 from ..data.loaders import DATA_ENCODINGS, GPU_LOADERS, LOADER_FORMAT, LOADER_NAMES
 from ..data.throttle import ReadCap, block_device
+from ...core.cpus import CpuPin, parse_cpus
 from ...core.gpu import detect_gpu
 from ...core.loader_window import LoaderWindow
 from ...core.recorded import view
@@ -46,13 +47,15 @@ class DataloadConfig:
     read_mbps: float | None = None  # docker, cold: the loaders' reads of the datasets capped (slow storage)
     ci_level: float = CI_LEVEL
     window: LoaderWindow | None = None  # the window rule; None: a configuration recorded before it (fixed epochs)
+    cpus: CpuPin | None = None  # --cpus: each run held to some CPUs (core/cpus.py); None: the host's, as before
 
     @classmethod
     def from_flags(cls, corpus: str, data_dir: str | None, loaders: str, workers: str, sources: str, encodings: str,
                    sides: str, runs: int, epochs: int, batch: int, limit: int | None, timeout: float | None,
                    python: str | None, runtime: str = "local", image_tag: str = "ci",
                    read_mbps: float | None = None, window_images: int | None = None,
-                   window_seconds: float | None = None, steady_tolerance: float | None = None) -> DataloadConfig:
+                   window_seconds: float | None = None, steady_tolerance: float | None = None,
+                   cpus: str | None = None) -> DataloadConfig:
         """Without window_images and window_seconds (a partial recorded before the rule): exactly `epochs` timed
         epochs, as it was measured."""
         from ..data.images import serving_builds
@@ -91,11 +94,12 @@ class DataloadConfig:
             if "cold" not in srcs:
                 raise Fail("--read-mbps caps reads from storage, and a RAM source reads the page cache: "
                            "add --source cold")
-        cfg = cls(str(c), ddir, parse_names("--loaders", loaders, LOADERS),
-                  check_workers("--workers", parse_ints("--workers", workers, 1, all_value=os.cpu_count() or 1)),
+        counts = check_workers("--workers", parse_ints("--workers", workers, 1, all_value=os.cpu_count() or 1))
+        cfg = cls(str(c), ddir, parse_names("--loaders", loaders, LOADERS), counts,
                   srcs, parse_names("--encoding", encodings, ENCODINGS),
                   parse_ints("--side", sides, 32), runs, epochs, batch, limit, launch.timeout_s, launch.python,
-                  launch.runtime, image_tag, float(read_mbps) if read_mbps is not None else None, window=window)
+                  launch.runtime, image_tag, float(read_mbps) if read_mbps is not None else None, window=window,
+                  cpus=parse_cpus(cpus, counts))
         cfg.read_cap()  # a data dir on no block device is refused here, before anything runs
         n = corpus_images(str(c), limit)
         if batch > n:
@@ -117,7 +121,8 @@ class DataloadConfig:
                                   ",".join(r["sources"]), ",".join(r["encodings"]), ",".join(map(str, r["sides"])),
                                   r["runs"], r["epochs"], r["batch"], r["limit"], r["timeout_s"], r["python"],
                                   r.get("runtime", "local"), r.get("image_tag", "ci"), r.get("read_mbps"),
-                                  r.get("window_images"), r.get("window_seconds"), r.get("steady_tolerance"))
+                                  r.get("window_images"), r.get("window_seconds"), r.get("steady_tolerance"),
+                                  r.get("cpus"))
         except (KeyError, TypeError) as exc:
             raise Fail(f"the partial's configuration is not a dataload one ({exc})") from None
 
@@ -132,6 +137,7 @@ class DataloadConfig:
                 "limit": self.limit, "timeout_s": self.timeout_s, "python": self.python, "runtime": self.runtime,
                 "image_tag": self.image_tag, "ci_level": self.ci_level, "read_mbps": self.read_mbps,
                 "read_cap": cap.to_json() if cap else None, **(self.window.to_json() if self.window else {}),
+                **({"cpus": self.cpus.given} if self.cpus else {}),
                 "pipeline": "decode -> RandomResizedCrop 224 (scale 0.08-1, ratio 3/4-4/3) -> random horizontal flip "
                             "-> uint8 batch; one warm-up epoch, then the timed epochs",
                 "sources_meaning": {"ram": "every file read into the page cache before each epoch, checked with "
@@ -160,6 +166,10 @@ class DataloadConfig:
         fmts = list(dict.fromkeys(FORMAT_OF[x] for x in self.loaders))
         return [(f, e, s) for e in self.encodings for s in self.sides for f in fmts]
 
+    def cpus_for(self, workers: int) -> tuple[int, ...]:
+        """The CPUs a run with this many workers is held to; () without --cpus."""
+        return self.cpus.for_workers(workers) if self.cpus else ()
+
     def cells(self) -> list[tuple[str, str, int, str, int]]:
         return [(ld, e, s, src, w) for e in self.encodings for s in self.sides for src in self.sources
                 for ld in self.loaders for w in self.workers]
@@ -179,6 +189,7 @@ class DataloadRecorded(DataRecorded):
     read_mbps: Any = None
     read_cap: Any = None
     sources_meaning: Any = None
+    cpus: Any = None  # --cpus as given (absent: not pinned)
 
 
 def recorded(doc: dict[str, Any]) -> DataloadRecorded:

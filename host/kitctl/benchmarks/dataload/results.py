@@ -32,6 +32,8 @@ class DataloadRun(DataRun):
     impl: str | None = None
     batch_shape: list[int] | None = None
     cpu_count: int | None = None
+    affinity_cores: int | None = None  # the CPUs the trial's process could run on (its affinity, as it saw it)
+    cpus: tuple[int, ...] | None = None  # --cpus: the CPUs the kit held the run to (absent: not held)
     versions: dict[str, Any] | None = None
     startup_seconds: float | None = None
     build_seconds: float | None = None
@@ -62,7 +64,8 @@ def run_figures(tr: TrialRun) -> dict[str, Any]:
     return {"images_per_second": r.get("images_per_second") if ok else None, "images": r.get("images"),
             "window_seconds": r.get("window_seconds"), "warmup_seconds": r.get("warmup_seconds"),
             "epochs": r.get("epochs"), "impl": r.get("impl"), "batch_shape": r.get("batch_shape"),
-            "cpu_count": r.get("cpu_count"), "versions": r.get("versions"), **window_figures(r)}
+            "cpu_count": r.get("cpu_count"), "affinity_cores": r.get("affinity_cores"), "versions": r.get("versions"),
+            **window_figures(r)}
 
 
 def window_figures(r: dict[str, Any]) -> dict[str, Any]:

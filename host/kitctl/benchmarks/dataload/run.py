@@ -79,9 +79,12 @@ def run(cfg: DataloadConfig, store, doc: dict[str, Any], note: Callable[[str], N
             i = len(cell.runs) + 1
             ds = dataset_dir(cfg.data_dir, n, fmt, enc, side, corpus_id)
             flags = ["--workers", str(workers), "--source", source, "--batch", str(cfg.batch), *cfg.trial_flags()]
+            pinned = cfg.cpus_for(workers)
             tr = run_on_dataset(where, "dataload", cfg.image(loader), ["dataload", "--loader", loader, *flags], ds,
-                                cfg.timeout_s, gpu=loader in GPU_LOADERS)
+                                cfg.timeout_s, gpu=loader in GPU_LOADERS, cpus=pinned)
             r = DataloadRun.of_trial(i, tr)
+            if pinned:
+                r = updated(r, cpus=pinned)
             if cap is not None and source == "cold" and r.images_per_second is not None:
                 rate = payload_rate(tr)
                 r = updated(r, payload_mb_per_s=rate)

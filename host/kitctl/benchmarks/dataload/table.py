@@ -18,9 +18,10 @@ def rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
         s = c.summary
         mid, low, high, level = (s.median, s.ci_low, s.ci_high, s.ci_level) if s else (None, None, None, None)
         cores = next((r.cpu_count for r in c.runs if r.cpu_count), None)
+        pinned = next((tuple(r.cpus) for r in c.runs if r.cpus), None)  # --cpus: the CPUs its runs were held to
         out.append({"loader": c.loader, "encoding": c.encoding, "side": c.side,
                     "source": source_label(rec, c.source),
-                    "workers": c.workers, "status": c.status, "reason": c.reason,
+                    "workers": c.workers, "cpus": pinned, "status": c.status, "reason": c.reason,
                     "median": mid, "ci_low": low, "ci_high": high, "ci_level": level, "runs": len(c.runs),
                     "cores": cores,
                     "runs_ok": c.runs_ok,
@@ -59,6 +60,13 @@ def all_ok(doc: dict[str, Any]) -> bool:
     return bool(doc["results"]) and all(c.ok for c in cells(doc))
 
 
+def workers_text(r: dict[str, Any]) -> str:
+    """`8`, or `8 @ CPUs 0-7` for runs held to some CPUs (--cpus)."""
+    from ...core.cpus import _ranges
+
+    return str(r["workers"]) + (f" @ CPUs {_ranges(r['cpus'])}" if r.get("cpus") else "")
+
+
 def _n(x: Any) -> str:
     return "—" if x is None else f"{x:,.0f}"
 
@@ -73,10 +81,10 @@ def table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     for r in rows(doc):
         data = f"{r['encoding']}@{r['side']}"
         if r["status"] != "ok":
-            body.append([r["loader"], data, r["source"], str(r["workers"]), unfinished_text(rec, r), "", "", str(r["runs"]), ""])
+            body.append([r["loader"], data, r["source"], workers_text(r), unfinished_text(rec, r), "", "", str(r["runs"]), ""])
             continue
         ci = interval(r["ci_level"], r["ci_low"], r["ci_high"], digits=0)
-        body.append([r["loader"], data, r["source"], str(r["workers"]), _n(r["median"]),
+        body.append([r["loader"], data, r["source"], workers_text(r), _n(r["median"]),
                      ci, _n(r["per_worker"]), str(r["runs"]),
                      _n(r["ffcv_published"]) if r["ffcv_published"] else ""])
     return head, body
@@ -90,13 +98,13 @@ def window_table_rows(doc: dict[str, Any], rec: DataloadRecorded) -> tuple[list[
     for r in rows(doc):
         data = f"{r['encoding']}@{r['side']}"
         if r["status"] != "ok":
-            body.append([r["loader"], data, r["source"], str(r["workers"]), unfinished_text(rec, r), "", "", "", "", "",
+            body.append([r["loader"], data, r["source"], workers_text(r), unfinished_text(rec, r), "", "", "", "", "",
                          str(r["runs"]), ""])
             continue
         ci = interval(r["ci_level"], r["ci_low"], r["ci_high"], digits=0)
         window = ("—" if r["window_images"] is None or r["window_s"] is None
                   else f"{r['window_images']:,.0f} img · {r['window_s']:.1f} s")
-        body.append([r["loader"], data, r["source"], str(r["workers"]), _n(r["median"]), ci, _n(r["per_worker"]),
+        body.append([r["loader"], data, r["source"], workers_text(r), _n(r["median"]), ci, _n(r["per_worker"]),
                      "—" if r["startup"] is None else f"{r['startup']:.2f}", window, steady_text(r["steady"]),
                      str(r["runs"]), _n(r["ffcv_published"]) if r["ffcv_published"] else ""])
     return head, body

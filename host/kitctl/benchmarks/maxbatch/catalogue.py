@@ -22,12 +22,12 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Size:
     """One card size of a catalogue: its limit L, the card named for it (or the cards of that size in the kit's
-    table), the run's rows and its file."""
+    table), each engine × precision's row at that limit and the files they come from."""
 
     limit_mib: int
     cards: str
     rows: tuple[Row, ...]
-    name: str
+    names: tuple[str, ...]
 
     def figure(self, engine: str, precision: str) -> Row | None:
         return next((r for r in self.rows if (r.engine, r.precision) == (engine, precision)), None)
@@ -41,17 +41,30 @@ def cards_of(limit_mib: int, doc: dict[str, Any]) -> str:
     return ", ".join(c.key for c in CARDS if c.total_mib == limit_mib)
 
 
+def _rank(r: Row, created: str) -> tuple[int, str]:
+    """Which run's row a limit shows when several ran the same engine × precision: a bounded answer before a
+    censored one before none, then the latest run (a later kit's answer)."""
+    kind = 2 if r.search_status == "bounded_by_memory_failure" and r.has_figure else 1 if r.has_figure else 0
+    return kind, created
+
+
 def sizes(docs: Iterable[tuple[str, dict[str, Any]]]) -> list[Size]:
-    """(name, artifact) of max-batch runs under a --vram-limit → one Size per limit, smallest first (a run
-    without a recorded limit, or a second run of a limit already seen, is left out: the first one counts)."""
-    out: dict[int, Size] = {}
+    """(name, artifact) of max-batch runs under a --vram-limit → one Size per limit, smallest first. Per limit each
+    engine × precision comes from one run (`_rank`); a run without a recorded limit is left out."""
+    rows: dict[int, dict[tuple[str, str], tuple[Row, str, tuple[int, str]]]] = {}
+    cards: dict[int, str] = {}
     for name, doc in docs:
-        budget = doc.get("budget") or {}
-        limit = budget.get("limit_mib")
-        if doc.get("benchmark") != "maxbatch" or not isinstance(limit, int) or limit in out:
+        limit = (doc.get("budget") or {}).get("limit_mib")
+        if doc.get("benchmark") != "maxbatch" or not isinstance(limit, int) or isinstance(limit, bool):
             continue
-        out[limit] = Size(limit, cards_of(limit, doc), tuple(maxbatch_rows(doc)), name)
-    return [out[k] for k in sorted(out)]
+        at = rows.setdefault(limit, {})
+        cards.setdefault(limit, cards_of(limit, doc))
+        for r in maxbatch_rows(doc):
+            key, rank = (r.engine, r.precision), _rank(r, str(doc.get("created_utc") or ""))
+            if key not in at or rank > at[key][2]:
+                at[key] = (r, name, rank)
+    return [Size(k, cards[k], tuple(r for r, _, _ in rows[k].values()),
+                 tuple(dict.fromkeys(n for _, n, _ in rows[k].values()))) for k in sorted(rows)]
 
 
 def cell_keys(found: list[Size]) -> list[tuple[str, str]]:
@@ -104,11 +117,12 @@ def report_lines(sources: list[Source]) -> list[str]:
     n = {s.name: i for i, s in enumerate(sources, 1)}
     heads.append("result")
     for s, r in zip(found, rows):
-        r.append(f"[{n[s.name]}]")
+        r.append(", ".join(f"[{i}]" for i in sorted(n[name] for name in s.names)))
     return [heading(2)("Max batch against VRAM"), "",
-            f"One max-batch run per VRAM limit L on {mb[0].gpu_name} (each an emulated card of that size: the "
+            f"Max batch per VRAM limit L on {mb[0].gpu_name} (each limit an emulated card of that size: the "
             "framework's allocator capped, every candidate gated at B = L − R). A card named in the second column "
-            "reports that total through NVML (the kit's card table, docs/maxbatch.md); ≥: censored at --max-batch.",
+            "reports that total through NVML (the kit's card table, docs/running.md); ≥: censored at --max-batch. "
+            "Where several results ran one engine × precision at one limit, the latest bounded answer is shown.",
             "", *table(heads, rows, right=set(range(2, len(heads) - 1))), ""]
 
 

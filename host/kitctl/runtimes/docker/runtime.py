@@ -238,6 +238,8 @@ class DockerRuntime(Runtime):
             limit = f"{int(spec.memory_limit_mib)}m"
             kw["mem_limit"] = limit
             kw["memswap_limit"] = limit  # equal: no swap, the limit is the limit
+        if spec.cpus:
+            kw["cpuset_cpus"] = ",".join(map(str, spec.cpus))
         if spec.read_limits:
             kw["device_read_bps"] = [{"Path": r.device, "Rate": r.bytes_per_s} for r in spec.read_limits]
         if spec.device == "cuda":  # the GPU NVML resolved, by UUID, the way this daemon takes it
