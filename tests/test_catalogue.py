@@ -69,7 +69,7 @@ def test_a_bad_list_and_a_list_where_one_limit_applies_are_refused_with_nothing_
     assert not r.exists() or not list(r.iterdir())
 
 
-def stand_in_run(tmp_path: Path, limits: str) -> tuple[subprocess.CompletedProcess, Path]:
+def stand_in_run(tmp_path: Path, limits: str, *extra: str) -> tuple[subprocess.CompletedProcess, Path]:
     """`kitctl run maxbatch --vram-limit <list>` on the stand-in GPU (16,376 MiB), with the real PyTorch trial told
     to grow (KIT_TRIAL_FAULT=grow): each run's calibration goes over its own budget and the gate kills it."""
     need_module("torch", "the local runtime runs the PyTorch trial on this interpreter")
@@ -79,7 +79,7 @@ def stand_in_run(tmp_path: Path, limits: str) -> tuple[subprocess.CompletedProce
            "PYTHONPATH": os.pathsep.join([str(STAND_IN), str(ROOT / "host"), os.environ.get("PYTHONPATH", "")])}
     p = kitctl("run", "maxbatch", "--engines", "pytorch-eager", "--precision", "fp32", "--device", "cuda",
                "--runtime", "local", "--vram-limit", limits, "--reserve", "256", "--start-batch", "2",
-               "--max-batch", "2", "--timeout", "90", "--results-dir", str(results), env=env)
+               "--max-batch", "2", "--timeout", "90", "--results-dir", str(results), *extra, env=env)
     assert "Traceback" not in p.stderr, p.stderr[-3000:]
     return p, results
 
@@ -100,6 +100,15 @@ def test_a_list_runs_one_max_batch_run_per_limit_each_its_own_artifact(tmp_path)
     assert p.returncode == 1  # no size has a capacity here
     assert "card size 1/2: --vram-limit 512 MiB" in p.stderr and "card size 2/2: --vram-limit 768 MiB" in p.stderr
     assert "Max batch against VRAM" in p.stdout and "512" in p.stdout and "768" in p.stdout
+
+
+def test_json_prints_the_artifacts_of_every_size_as_one_array_and_csv_every_table(tmp_path):
+    p, results = stand_in_run(tmp_path, "512,640", "--json", "--csv", str(tmp_path / "t.csv"))
+    docs = json.loads(p.stdout)  # stdout holds only the document; the tables went to stderr
+    assert isinstance(docs, list) and [d["budget"]["limit_mib"] for d in docs] == [512, 640]
+    assert "Max batch against VRAM" in p.stderr
+    csv = (tmp_path / "t.csv").read_text()
+    assert csv.count("Engine,Precision,Max batch") == 2 and "VRAM limit (MiB),card" in csv
 
 
 def test_a_size_that_does_not_fit_the_card_refuses_the_list_before_anything_runs(tmp_path):
