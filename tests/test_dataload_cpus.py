@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BASE_IMAGE, need_module, unavailable
+from conftest import BASE_IMAGE, unavailable
+from test_dataload_host_window import corpus  # noqa: F401  (the tiny corpus fixture)
 from kitctl.core.artifact import load
 from kitctl.core.cpus import allowed_cpus, parse_cpu_list, parse_cpus
 from kitctl.errors import Fail
@@ -48,16 +49,6 @@ def test_cpu_lists_and_workers():
     beyond = max(allowed) + 1000
     with pytest.raises(Fail, match=rf"--cpus {beyond}: CPU {beyond} is not one this host lets kitctl use"):
         parse_cpus(str(beyond), (1,))
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    need_module("skimage", "the corpus's photographs ship in scikit-image")
-    need_module("torch", "the loaders run on PyTorch")
-    out = tmp_path_factory.mktemp("data") / "corpus"
-    p = kitctl("data", "make", "--out", out, "--images", 12, "--classes", 3, "--workers", 2)
-    assert p.returncode == 0, p.stderr
-    return out
 
 
 def test_a_bad_cpus_flag_is_one_line_with_nothing_written(corpus, tmp_path):

@@ -11,11 +11,7 @@ cd "$(dirname "$0")/../.."; . tools/device-calls/lib.sh
 IMAGES=${DATA_IMAGES:-20000}
 RUNS=${RUNS:-3}
 WORKERS=${WORKERS:-8}
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-  .whl-data/*.whl || { echo "pip install of .whl-data failed"; exit 2; }
-export PYTHONPATH=/tmp/site
-export KITCTL_CORPUS_SOURCES=$PWD/.whl-data/skimage-data
-ldconfig -p | grep -q 'libX11.so.6 ' || export LD_LIBRARY_PATH=$PWD/.whl-data/syslibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+data_setup || exit 2
 say "GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader); $(nproc) cores"
 lscpu | grep -E '^(Model name|Socket|Core|Thread|NUMA|CPU\(s\)|On-line|Hypervisor|CPU max MHz|CPU MHz)'
 lscpu -p=CPU,CORE,SOCKET,NODE | grep -v '^#' | tr '\n' ' '; echo

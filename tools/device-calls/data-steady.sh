@@ -31,11 +31,7 @@ SOURCE=${SOURCE:-ram}
 WINDOW=()  # WINDOW_S=<s>: dataload's --window-seconds (a longer window than the default 30 s)
 [ -n "${WINDOW_S:-}" ] && WINDOW=(--window-seconds "$WINDOW_S")
 
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-  .whl-data/*.whl || { echo "pip install of .whl-data failed"; exit 2; }
-export PYTHONPATH=/tmp/site
-export KITCTL_CORPUS_SOURCES=$PWD/.whl-data/skimage-data
-ldconfig -p | grep -q 'libX11.so.6 ' || export LD_LIBRARY_PATH=$PWD/.whl-data/syslibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+data_setup || exit 2
 say "GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader); $(nproc) cores; $(free -g | awk '/Mem/ {print $2}') GiB RAM"
 python3 -c "import ffcv, torch, torchvision; print('ffcv', ffcv.__version__, 'torch', torch.__version__, 'torchvision', torchvision.__version__)" || exit 2
 

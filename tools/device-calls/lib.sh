@@ -11,3 +11,12 @@ newest_partial() { ls -t results/*.partial.json 2>/dev/null | head -1; }
 save() { for f in "$@"; do [ -f "$f" ] && cp "$f" "$OUT/" && echo "saved $f"; done; }
 # Seconds left of the call's own limit (LIMIT, set by the call script before sourcing; default 575).
 left() { echo $(( ${LIMIT:-575} - SECONDS )); }
+# The data calls' set-up (carry ".whl-data": tools/build-ffcv-wheel.sh): its wheels into /tmp/site, the corpus's
+# photographs, and the X11 libraries OpenCV needs where the machine lacks them.
+data_setup() {
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    .whl-data/*.whl || { echo "pip install of .whl-data failed"; return 2; }
+  export PYTHONPATH=/tmp/site
+  export KITCTL_CORPUS_SOURCES=$PWD/.whl-data/skimage-data
+  ldconfig -p | grep -q 'libX11.so.6 ' || export LD_LIBRARY_PATH=$PWD/.whl-data/syslibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+}
