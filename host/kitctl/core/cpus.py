@@ -64,16 +64,16 @@ def parse_cpus(text: str | None, workers: tuple[int, ...]) -> CpuPin | None:
         over = [w for w in workers if w > len(allowed)]
         if over:
             raise Fail(f"--cpus workers: --workers {max(over)} needs {max(over)} CPUs and this host lets kitctl use "
-                       f"{len(allowed)} ({_ranges(allowed)})")
+                       f"{len(allowed)} ({cpu_ranges(allowed)})")
         return CpuPin(WORKERS, None, allowed)
     listed = parse_cpu_list(given)
     missing = [c for c in listed if c not in allowed]
     if missing:
-        raise Fail(f"--cpus {given}: CPU {missing[0]} is not one this host lets kitctl use ({_ranges(allowed)})")
+        raise Fail(f"--cpus {given}: CPU {missing[0]} is not one this host lets kitctl use ({cpu_ranges(allowed)})")
     return CpuPin(given, listed, allowed)
 
 
-def _ranges(cpus: tuple[int, ...]) -> str:
+def cpu_ranges(cpus: tuple[int, ...]) -> str:
     """(0, 1, 2, 5) → "0-2,5"."""
     out: list[str] = []
     for c in cpus:

@@ -62,9 +62,9 @@ def all_ok(doc: dict[str, Any]) -> bool:
 
 def workers_text(r: dict[str, Any]) -> str:
     """`8`, or `8 @ CPUs 0-7` for runs held to some CPUs (--cpus)."""
-    from ...core.cpus import _ranges
+    from ...core.cpus import cpu_ranges
 
-    return str(r["workers"]) + (f" @ CPUs {_ranges(r['cpus'])}" if r.get("cpus") else "")
+    return str(r["workers"]) + (f" @ CPUs {cpu_ranges(r['cpus'])}" if r.get("cpus") else "")
 
 
 def _n(x: Any) -> str:
