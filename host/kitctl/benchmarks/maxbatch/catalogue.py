@@ -146,24 +146,25 @@ def plot_catalogue(sources: list[Source], out_dir: Path) -> list[PlotFile]:
             continue
         label = f"{engine_label(e)} {p}"
         xs, ys = [x / 1024 for x, _ in pts], [float(r.max_batch or 0) for _, r in pts]
-        line, = ax.plot(xs, ys, marker="o", label=label)
+        line, = ax.plot(xs, ys, marker="o", linewidth=1, label=label)  # measured at the markers only
         for x, (_, r) in zip(xs, pts):
             if r.search_status == "censored_at_max_batch":
                 ax.plot([x], [r.max_batch], marker="o", markerfacecolor="white", color=line.get_color())
         drawn[label] = [[x, y] for x, y in zip(xs, ys)]
-    for s in found:
-        if s.cards:
-            ax.axvline(s.limit_mib / 1024, color="#cccccc", linewidth=0.8, zorder=0)
-            ax.annotate(s.cards, (s.limit_mib / 1024, 0), xycoords=("data", "axes fraction"), rotation=90,
-                        fontsize=7, color="#666666", xytext=(2, 4), textcoords="offset points")
+    named = [s for s in found if s.cards]
+    if named:  # the cards of each size along the top, at their limits
+        top = ax.secondary_xaxis("top")
+        top.set_xticks([s.limit_mib / 1024 for s in named], labels=[s.cards for s in named], fontsize=7,
+                       rotation=30, ha="left")
     ax.set_xlabel("VRAM limit L (GiB)")
     ax.set_ylabel("largest batch that completes one training step")
     ax.set_title(f"Max batch against VRAM — {mb[0].gpu_name}")
+    fig.subplots_adjust(top=0.84)  # room for the card names above the plot and the title above them
     ax.set_ylim(bottom=0)
     style_axes(ax, value_axis="y")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="lower right")
     key = hashlib.sha1("\n".join(sorted(s.name for s in mb)).encode()).hexdigest()[:8]
     path = out_dir / safe_name(f"catalogue-maxbatch-{key}.png")
     save(fig, path)
-    return [PlotFile(path, "Max batch against VRAM (one run per card size)", "maxbatch", None,
+    return [PlotFile(path, "Max batch against VRAM limit", "maxbatch", None,
                      {"lines": drawn, "limits_mib": [s.limit_mib for s in found]})]
