@@ -95,14 +95,14 @@ def test_a_run_is_written_as_the_trial_s_outcome_then_its_figures():
     r = dl.DataloadRun.of_trial(2, ok)
     assert list(to_json(r)) == ["run", "status", "exit_code", "elapsed_s", "error", "stderr_tail",
                                 "images_per_second", "images", "window_seconds", "warmup_seconds", "epochs", "impl",
-                                "batch_shape", "cpu_count", "versions", "startup_seconds", "build_seconds",
+                                "batch_shape", "cpu_count", "affinity_cores", "versions", "startup_seconds", "build_seconds",
                                 "warmup_epoch", "window", "figures", "window_rule", "steady", "halves_change"]
     assert r.window.rule == r.window_rule == "the rule" and r.steady is True and r.epochs[0].images == 200
     failed = dl.DataloadRun.of_trial(1, TrialRun("crash", None, 1, 2.0, "no result line", "tail"))
     assert to_json(failed) == {"run": 1, "status": "crash", "exit_code": 1, "elapsed_s": 2.0, "error": "no result line",
                                "stderr_tail": "tail", "images_per_second": None, "images": None,
                                "window_seconds": None, "warmup_seconds": None, "epochs": None, "impl": None,
-                               "batch_shape": None, "cpu_count": None, "versions": None}
+                               "batch_shape": None, "cpu_count": None, "affinity_cores": None, "versions": None}
     capped = updated(updated(r, payload_mb_per_s=9.0), status="error", error="cap", images_per_second=None)
     assert list(to_json(capped))[-1] == "payload_mb_per_s" and to_json(capped)["status"] == "error"
     assert to_json(capped)["images_per_second"] is None and list(to_json(capped))[:7] == list(to_json(r))[:7]

@@ -137,7 +137,7 @@ class DataloadConfig:
                 "limit": self.limit, "timeout_s": self.timeout_s, "python": self.python, "runtime": self.runtime,
                 "image_tag": self.image_tag, "ci_level": self.ci_level, "read_mbps": self.read_mbps,
                 "read_cap": cap.to_json() if cap else None, **(self.window.to_json() if self.window else {}),
-                **({"cpus": self.cpus.given} if self.cpus else {}),
+                "cpus": self.cpus.given if self.cpus else None,
                 "pipeline": "decode -> RandomResizedCrop 224 (scale 0.08-1, ratio 3/4-4/3) -> random horizontal flip "
                             "-> uint8 batch; one warm-up epoch, then the timed epochs",
                 "sources_meaning": {"ram": "every file read into the page cache before each epoch, checked with "
