@@ -474,6 +474,8 @@ def is_oom(exc: BaseException, oom_types: tuple = (MemoryError,),
 #           until GROW_CAP_MIB, then sleep forever: a candidate whose memory keeps rising until
 #           the host kills it (the VRAM gate's end-to-end tests key a stand-in NVML to its RSS)
 FAULT_ENV = "KIT_TRIAL_FAULT"
+# Set by the host's local runtime (--prestart): read the arguments from stdin after preloading (_prestart).
+PRESTART_ENV = "KIT_PRESTART"
 FAULTS = ("hang", "crash", "garbage", "nan", "grow")
 GROW_STEP_MIB = 16
 GROW_EVERY_S = 0.01
@@ -546,15 +548,46 @@ def phase(result: dict, name: str):
         result.setdefault("phases", {})[f"{name}_s"] = round(time.perf_counter() - t0, 4)
 
 
+def _prestart(preload: Callable[[], None] | None) -> tuple[list[str], dict] | None:
+    """A prestarted trial (PRESTART_ENV=1; the host's --prestart): start the interpreter and import the
+    framework (`preload`, which must not touch the device) before the candidate is known, then wait for its
+    arguments, one JSON line {"argv": [...]} on stdin. Returns (argv, what the prestart took), or None when stdin
+    ends first (the host closed an unused spare). The process is still fresh for the candidate: nothing of
+    the device has been initialised and no other candidate ran in it."""
+    started = process_age_s()
+    t0 = time.perf_counter()
+    if preload is not None:
+        try:
+            preload()
+        except Exception:  # noqa: BLE001 - the body's own import raises it again, into a result line
+            pass
+    t1 = time.perf_counter()
+    line = sys.stdin.readline()
+    waited = time.perf_counter() - t1
+    if not line.strip():
+        return None
+    argv = json.loads(line)["argv"]
+    return [str(a) for a in argv], {"startup_s": started, "import_s": round(t1 - t0, 4),
+                                    "waited_s": round(waited, 4)}
+
+
 def run(argv: list[str] | None, modes: list[str], engine_of: Callable[[str], str],
         body: Callable[[argparse.Namespace, dict], None],
-        classify: Callable[[BaseException], str]) -> int:
+        classify: Callable[[BaseException], str],
+        preload: Callable[[], None] | None = None) -> int:
     """Parse flags, run body(args, result), print the result line, return the exit code.
 
     body fills `result` and sets its status (normally through set_losses). Any exception
     it raises becomes status classify(exc) ("oom" or "error") with a one-line message;
-    the traceback goes to stderr. Exit code is 0 only for status "ok".
+    the traceback goes to stderr. Exit code is 0 only for status "ok". `preload`: what a
+    prestarted trial imports before its arguments come (_prestart).
     """
+    prestarted = None
+    if os.environ.get(PRESTART_ENV) == "1":
+        prestarted = _prestart(preload)
+        if prestarted is None:
+            return 0  # stdin closed before any arguments came: the host no longer needs this spare
+        argv, prestarted = prestarted
     parser = build_parser(modes)
     try:
         args = parser.parse_args(argv)
@@ -576,8 +609,13 @@ def run(argv: list[str] | None, modes: list[str], engine_of: Callable[[str], str
         _grow_forever()
     result = base_result(args, engine_of(args.mode))
     # Where a candidate's time goes (the trial fills in its own phases: import, device, build, steps); the host's
-    # elapsed time beyond these is process creation, exit and teardown.
-    result["phases"] = {"startup_s": started}
+    # elapsed time beyond these is process creation, exit and teardown. A prestarted trial's start-up and
+    # framework import happened before its arguments came, outside the candidate's time: recorded apart.
+    if prestarted is None:
+        result["phases"] = {"startup_s": started}
+    else:
+        result["phases"] = {}
+        result["prestart"] = prestarted
     try:
         body(args, result)
     except Exception as exc:  # noqa: BLE001 - every failure must become a result line

@@ -241,18 +241,24 @@ def build_runner(args, result: dict, device: torch.device) -> EagerRunner:
     result["settings"]; nothing has run yet. tools/compare_cudagraph.py builds through
     this too, so it measures the step exactly as the trial builds it."""
     settings = result["settings"]
-    images, labels, settings["data"] = kittrial.load_data(args)
-    x, y = _to_device(images, labels, device, poison=kittrial.fault_requested("nan"))
+    # Sub-phases of build_s (where a candidate's set-up time goes; not added to the phases' sum).
+    with kittrial.phase(result, "build_data"):
+        images, labels, settings["data"] = kittrial.load_data(args)
+    with kittrial.phase(result, "build_data_to_device"):
+        x, y = _to_device(images, labels, device, poison=kittrial.fault_requested("nan"))
 
     torch.manual_seed(args.seed)
-    model = resnet50(num_classes=kittrial.NUM_CLASSES)
-    model = model.to(device, memory_format=torch.channels_last).train()
+    with kittrial.phase(result, "build_model"):
+        model = resnet50(num_classes=kittrial.NUM_CLASSES)
+    with kittrial.phase(result, "build_model_to_device"):
+        model = model.to(device, memory_format=torch.channels_last).train()
     result["parameters"] = count_parameters(model)
     settings.update(model_impl="trials/pytorch/resnet50.py (ResNet-50 v1.5)",
                     channels_last=True, loss="cross_entropy")
 
     graphed = args.mode == "cudagraph"
-    opt = _make_optimizer(args.mode, model.parameters(), device)
+    with kittrial.phase(result, "build_optimizer"):
+        opt = _make_optimizer(args.mode, model.parameters(), device)
     settings["optimizer"] = _optimizer_settings(opt, model.parameters())
 
     bf16 = args.precision == "bf16"

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from ..core.outcome import KilledBy, MemoryPeaks
@@ -152,18 +153,38 @@ def check_python(engines, python: str, given: bool = True) -> None:
                                  "install them there, or pass another --python")
 
 
+# --prestart: the trial reads its arguments from stdin after importing its framework (trials/common/kittrial.py).
+PRESTART_ENV = "KIT_PRESTART"
+# The trials whose framework import touches no device (kittrial.run's preload): the JAX and TensorFlow trials set
+# their allocator's environment from the candidate's arguments before importing, so they cannot start early.
+PRESTART_TRIALS = ("pytorch",)
+
+
+@dataclass
+class _Spare:
+    """A prestarted trial waiting for its candidate's arguments: started for `key` (program, environment, limits)
+    by the thread `thread` (its parent-death signal is tied to that thread)."""
+    proc: subprocess.Popen
+    key: tuple
+    thread: int
+
+
 class LocalRuntime(Runtime):
     name = "local"
 
     def __init__(self, *, gpu_uuid: str | None = None, python: str | None = None,
                  memory_limit_mib: int | None = None, env: dict[str, str] | None = None,
-                 run_id: str | None = None) -> None:
+                 run_id: str | None = None, prestart: bool = False) -> None:
         self.gpu_uuid = gpu_uuid
         self.python = python or sys.executable
         self.memory_limit_mib = memory_limit_mib
         self.extra_env = dict(env or {})
         self.current: _Group | None = None  # for interrupt cleanup
         self.state = RunState(run_id or uuid.uuid4().hex[:12])  # live trials, for orphan sweeps
+        # --prestart: while a candidate runs, the next one's process is already started and importing its
+        # framework (one spare per runtime, i.e. per slot); it gets its arguments when the search asks.
+        self.prestart = prestart
+        self._spare: _Spare | None = None
 
     def _env(self, spec: TrialSpec) -> dict[str, str]:
         env = dict(os.environ)
@@ -199,19 +220,89 @@ class LocalRuntime(Runtime):
                     f"KITCTL_{e.trial.upper()}_PREFIX to where it is installed, or use --runtime docker")
 
     def spec(self, request: TrialRequest) -> TrialSpec:
-        return TrialSpec(program=tuple(self.command(request)), argv=(), device=request.device,
+        engine = ENGINES[request.engine]
+        prestart = self.prestart and not engine.native and engine.trial in PRESTART_TRIALS
+        command = self.command(request)
+        # A prestarted trial's program is the interpreter and its script; the candidate's arguments come later.
+        program, argv = (command[:2], command[2:]) if prestart else (command, [])
+        return TrialSpec(program=tuple(program), argv=tuple(argv), device=request.device,
                          memory_limit_mib=self.memory_limit_mib if request.device == "cpu" else None,
-                         record=Record(engine=request.engine, precision=request.precision, batch=request.batch))
+                         record=Record(engine=request.engine, precision=request.precision, batch=request.batch),
+                         prestart=prestart)
+
+    # ------------------------------------------------------------------ prestart
+
+    def _spare_key(self, spec: TrialSpec) -> tuple:
+        return (spec.program, tuple(sorted(self._env(spec).items())), spec.memory_limit_mib, spec.cpus)
+
+    def _spawn(self, spec: TrialSpec) -> subprocess.Popen:
+        """Start the trial's program to wait for its arguments on stdin."""
+        env = {**self._env(spec), PRESTART_ENV: "1"}
+        proc = subprocess.Popen(
+            list(spec.program), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.PIPE,
+            env=env, start_new_session=True, text=True, errors="replace",
+            preexec_fn=_preexec(spec.memory_limit_mib, spec.cpus),
+        )
+        r = spec.record
+        self.state.add(proc.pid, proc.pid, engine=r.engine, precision=r.precision, batch=0,
+                       what="prestarted trial, waiting for its candidate")
+        return proc
+
+    def _discard(self, spare: _Spare | None, wait: bool = True) -> None:
+        if spare is None:
+            return
+        try:
+            os.killpg(spare.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if wait:
+            spare.proc.communicate()
+            self.state.remove(spare.proc.pid)
+
+    def _hand_over(self, spec: TrialSpec) -> subprocess.Popen:
+        """The candidate's process: the waiting spare when it was started for this program, environment and
+        limits on this thread and is still alive, else a new one; it gets the arguments, and the next spare
+        starts at once (it imports while this candidate runs)."""
+        key = self._spare_key(spec)
+        spare, self._spare = self._spare, None
+        line = json.dumps({"argv": list(spec.argv)}) + "\n"
+        proc = None
+        if spare is not None and spare.key == key and spare.thread == threading.get_ident() \
+                and spare.proc.poll() is None:
+            try:
+                spare.proc.stdin.write(line)
+                spare.proc.stdin.close()
+                proc = spare.proc
+            except OSError:  # it died since the poll: a new process instead
+                proc = None
+        if proc is None:
+            self._discard(spare)
+            proc = self._spawn(spec)
+            try:
+                proc.stdin.write(line)
+                proc.stdin.close()
+            except OSError:  # it died at once: its exit code and stderr say why
+                pass
+        proc.stdin = None  # closed: communicate() must not flush it
+        self.state.remove(proc.pid)  # recorded again below, as the candidate
+        self._spare = _Spare(self._spawn(spec), key, threading.get_ident())
+        return proc
+
+    # ------------------------------------------------------------------ run
 
     def execute(self, spec: TrialSpec, *, timeout_s: float, watcher: Watcher | None = None) -> RawRun:
         if watcher is not None:
             watcher.prepare()
         clock = Stopwatch()
-        proc = subprocess.Popen(
-            spec.local_command(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-            env=self._env(spec), start_new_session=True, text=True, errors="replace",
-            preexec_fn=_preexec(spec.memory_limit_mib, spec.cpus),
-        )
+        if spec.prestart:
+            proc = self._hand_over(spec)
+            clock = Stopwatch()  # the candidate starts when it has its arguments
+        else:
+            proc = subprocess.Popen(
+                spec.local_command(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                env=self._env(spec), start_new_session=True, text=True, errors="replace",
+                preexec_fn=_preexec(spec.memory_limit_mib, spec.cpus),
+            )
         group = _Group(proc)
         self.current = group
         try:
@@ -246,15 +337,18 @@ class LocalRuntime(Runtime):
         """A second slot: its own running candidate, the same run-state file (one per controller
         process: the copies must not overwrite each other's records)."""
         rt = LocalRuntime(gpu_uuid=self.gpu_uuid, python=self.python, memory_limit_mib=self.memory_limit_mib,
-                          env=self.extra_env, run_id=self.state.run_id)
+                          env=self.extra_env, run_id=self.state.run_id, prestart=self.prestart)
         rt.state = self.state
         return rt
 
     def interrupt(self) -> None:
         if self.current is not None:
             self.current.kill(KilledBy.KIT_INTERRUPT)
+        self._discard(self._spare, wait=False)  # from any thread: kill only; the next hand-over or close reaps it
 
     def close(self) -> None:
+        spare, self._spare = self._spare, None
+        self._discard(spare)
         self.state.close()
 
     def describe(self, engine: str) -> dict[str, Any]:

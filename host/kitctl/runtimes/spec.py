@@ -63,6 +63,9 @@ class TrialSpec:
     name: str | None = None
     record: Record = field(default_factory=Record)
     cpus: tuple[int, ...] = ()  # the CPUs the trial is held to (locally its affinity, a container's cpuset); (): any
+    # The local runtime may start the program before the candidate (--prestart): it imports its framework, then
+    # reads `argv` from stdin (trials/common/kittrial.py _prestart). Only trials that preload without the device.
+    prestart: bool = False
 
     def local_command(self) -> list[str]:
         return [*self.program, *self.argv]

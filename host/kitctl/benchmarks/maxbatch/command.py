@@ -75,6 +75,10 @@ def maxbatch(
                         "each gated by its own memory (GPU: per-process NVML usage; CPU: its memory cap), "
                         "when N × (limit + allowance) fits the device (auto: as many as fit, at most one "
                         "per core); the answer is the one-slot search's."),
+    prestart: bool = Option(False, "--prestart/--no-prestart",
+                            help="Local runtime, PyTorch engines: while a candidate runs, the next one's process "
+                            "starts and imports its framework, then waits for its batch (a fresh process per "
+                            "candidate still, no device touched before); saves the import per candidate."),
 ) -> None:
     """Largest training batch that completes one ResNet-50 step, per engine and precision."""
     flags = dict(locals())  # the parameters, for each run of a catalogue
@@ -125,7 +129,8 @@ def _one_run(ctx: Context, console: ResultOutput, limit: VramLimit | None, catal
                                         f.reserve, f.start_batch, top, f.timeout, runtime.value, f.dataset.value,
                                         f.data_dir, f.cudnn_benchmark, choice.memory_limit_mib,
                                         f.calibration_batch, f.strategy, gpu, f.gpu_request.value, gpus, cluster,
-                                        gpu_model, f.speculate, image_size=f.image_size, slots=f.slots)
+                                        gpu_model, f.speculate, image_size=f.image_size, slots=f.slots,
+                                        prestart=f.prestart)
         return cfg.with_run(replace(cfg.run, device_choice=choice))
 
     s = session.start(MaxbatchConfig, given_flags(ctx), f.resume, f.timeout, gpu, f.results_dir, python,
@@ -141,6 +146,17 @@ def _one_run(ctx: Context, console: ResultOutput, limit: VramLimit | None, catal
             s.rt.close()
             s.store.release()
             raise fail(exc)
+    if cfg.prestart:
+        from ...runtimes.local import LocalRuntime
+
+        rts = [s.rt, *(rt for _, rt in (s.gpus or []))]
+        if cfg.cluster or not all(isinstance(rt, LocalRuntime) for rt in rts):
+            s.rt.close()
+            s.store.release()
+            raise fail(Fail(f"--prestart starts the next candidate's process early on the local runtime; this "
+                            f"run uses {'a Ray cluster' if cfg.cluster else s.rt.name} (use --runtime local)"))
+        for rt in rts:
+            rt.prestart = True
     if limit is not None and limit.card is not None:
         s.doc["vram_card"] = limit.card.to_json()
     if catalogue:

@@ -89,6 +89,9 @@ class MaxbatchConfig:
     # as many as fit; core/slots.py). Written into the configuration only when not "1", so a run
     # with one slot records exactly what a run before --slots did.
     slots: str = "1"
+    # --prestart (local runtime, PyTorch trials): the next candidate's process starts and imports its framework
+    # while the current one runs (runtimes/local.py). Written only when on, as slots.
+    prestart: bool = False
 
     BENCHMARK: ClassVar[str] = "maxbatch"  # `kitctl run maxbatch`, the artifact's "benchmark"
     TITLE: ClassVar[str] = "Max batch"  # in headings
@@ -97,7 +100,7 @@ class MaxbatchConfig:
                                                         "gpus": STR + (type(None),),
                                                         "cluster": STR + (type(None),),
                                                         "gpu_model": STR + (type(None),),
-                                                        "speculate": BOOL, "slots": STR}
+                                                        "speculate": BOOL, "slots": STR, "prestart": BOOL}
     # The recorded settings a resume must find exactly as a run with them would write them.
     SETTINGS: ClassVar[tuple[str, ...]] = (*COMMON_KEYS, *OWN_KEYS, "seed", "ci_level", "image_size")
 
@@ -108,7 +111,8 @@ class MaxbatchConfig:
                    calibration_batch: int, strategy: str, gpu: str | None,
                    gpu_request: str | None = None, gpus: str | None = None, cluster: str | None = None,
                    gpu_model: str | None = None, speculate: bool = True,
-                   image_size: int = DEFAULT_IMAGE_SIZE, slots: str = "1") -> MaxbatchConfig:
+                   image_size: int = DEFAULT_IMAGE_SIZE, slots: str = "1",
+                   prestart: bool = False) -> MaxbatchConfig:
         names = engine_names(engines)
         if cluster is not None:
             from ...runtimes.ray import check_form
@@ -142,8 +146,11 @@ class MaxbatchConfig:
                      ("--calibration-batch", calibration_batch))
         run = RunConfig.from_flags(names, precision, device, gpu, vram_limit, reserve, timeout, runtime, dataset,
                                    data_dir, cudnn_benchmark, memory_limit, gpu_request, image_size=image_size)
+        if prestart and runtime == "docker":
+            raise Fail("--prestart starts the next candidate's process early on the local runtime; Docker starts "
+                       "a fresh container per candidate (use --runtime local)")
         return cls(run, start_batch, max_batch, calibration_batch, strategy, gpus, cluster, gpu_model, speculate,
-                   slots)
+                   slots, bool(prestart))
 
     @classmethod
     def from_json(cls, recorded: dict[str, Any]) -> MaxbatchConfig:
@@ -151,12 +158,14 @@ class MaxbatchConfig:
         # Partials from before --gpus/--cluster ran on one GPU.
         # Partials from before --speculate: the default (their trials are all on the path).
         # Partials from before --slots (and runs with one slot, which do not write the key): one slot.
-        recorded = {"gpus": None, "cluster": None, "gpu_model": None, "speculate": True, "slots": "1", **recorded}
+        recorded = {"gpus": None, "cluster": None, "gpu_model": None, "speculate": True, "slots": "1",
+                    "prestart": False, **recorded}
         flags = RunConfig.flags_of_json(recorded, cls.OWN_KEYS)
         return cls.from_flags(start_batch=recorded["start_batch"], max_batch=recorded["max_batch"],
                               calibration_batch=recorded["calibration_batch"], strategy=recorded["strategy"],
                               gpus=recorded["gpus"], cluster=recorded["cluster"], gpu_model=recorded["gpu_model"],
                               speculate=recorded["speculate"], slots=recorded["slots"],
+                              prestart=recorded["prestart"],
                               **flags)
 
     def to_json(self) -> dict[str, Any]:
@@ -164,6 +173,7 @@ class MaxbatchConfig:
                 "calibration_batch": self.calibration_batch, "strategy": self.strategy, "gpus": self.gpus,
                 "cluster": self.cluster, "gpu_model": self.gpu_model, "speculate": self.speculate,
                 **({"slots": self.slots} if self.slots != "1" else {}),
+                **({"prestart": True} if self.prestart else {}),
                 "steps": "one warm-up step, one measured step", **self.run.json_tail()}
 
     def with_run(self, run: RunConfig) -> MaxbatchConfig:

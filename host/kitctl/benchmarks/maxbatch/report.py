@@ -142,8 +142,16 @@ def candidate_time(cell: MaxbatchCell | dict[str, Any]) -> str | None:
     outside = [t.elapsed_s - sum(ph[k] for k, _ in keys) for t, ph in timed]
     parts.append(f"outside them {max(0.0, median(outside)):,.1f}")
     wall = median([t.elapsed_s for t, _ in timed])
+    # --prestart: each process started and imported its framework before its candidate (not in the wall time)
+    early = [p for p in ((t.result or {}).get("prestart") for t, _ in timed) if isinstance(p, dict)]
+    ahead = ""
+    if early:
+        got = [(k, label) for k, label in (("startup_s", "start-up"), ("import_s", "import"))
+               if all(isinstance(p.get(k), (int, float)) for p in early)]
+        ahead = (f"; {len(early)} prestarted, ahead of the candidate (medians, s: "
+                 + ", ".join(f"{label} {median([p[k] for p in early]):,.1f}" for k, label in got) + ")")
     return (f"{engine_label(cell.engine)} {cell.precision}: {wall:,.1f} s per candidate "
-            f"({len(timed)} candidates; medians, s: {', '.join(parts)})")
+            f"({len(timed)} candidates; medians, s: {', '.join(parts)}){ahead}")
 
 
 def caveats_results(src: Source) -> list[str]:

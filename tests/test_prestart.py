@@ -1,0 +1,122 @@
+"""--prestart: the local runtime starts the next PyTorch candidate's process before its batch is known.
+
+Real processes on the CPU: the trial imports torch, waits for its arguments on stdin, then runs as a fresh
+process would. Checked: the same search and answers as without it, where the time is recorded, a spare never
+serves another environment or another thread, no process left behind, and the flag's refusals.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from kitctl.core.protocol import TrialRequest
+from kitctl.runtimes.local import PRESTART_ENV, LocalRuntime
+
+ROOT = Path(__file__).resolve().parents[1]
+TRIAL = ROOT / "trials" / "pytorch" / "trial.py"
+ENTRY = [sys.executable, "-c", "from kitctl.cli import main; main()"]
+CPU = ["run", "maxbatch", "--device", "cpu", "--runtime", "local", "--engines", "pytorch-eager",
+       "--precision", "fp32", "--image-size", "32", "--start-batch", "4", "--max-batch", "8",
+       "--memory-limit", "6000"]
+
+
+def prestarted_pids() -> set[int]:
+    """Processes of this user started with the prestart variable (a spare, waiting or not)."""
+    out = set()
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if f"{PRESTART_ENV}=1".encode() in (d / "environ").read_bytes().split(b"\0"):
+                out.add(int(d.name))
+        except OSError:
+            continue
+    return out
+
+
+def run_kit(tmp_path: Path, *extra: str) -> dict:
+    before = prestarted_pids()
+    r = subprocess.run([*ENTRY, *CPU, "--results-dir", str(tmp_path), *extra], capture_output=True, text=True,
+                       timeout=600, cwd=tmp_path)
+    assert r.returncode in (0, 3), r.stdout + r.stderr
+    assert prestarted_pids() - before == set(), "a prestarted process outlived the run"
+    (art,) = [p for p in tmp_path.glob("maxbatch-*.json") if not p.name.endswith(".partial.json")]
+    tmp_path.joinpath("done").mkdir(exist_ok=True)
+    art.rename(tmp_path / "done" / art.name)
+    return json.loads((tmp_path / "done" / art.name).read_text())
+
+
+def test_prestart_gives_the_same_search_and_records_where_its_time_went(tmp_path):
+    plain = run_kit(tmp_path)
+    pre = run_kit(tmp_path, "--prestart")
+    assert pre["configuration"]["prestart"] is True
+    assert "prestart" not in plain["configuration"]  # off: recorded exactly as before the flag
+    (a,), (b,) = plain["results"], pre["results"]
+    assert [(t["batch"], t["status"]) for t in a["trials"]] == [(t["batch"], t["status"]) for t in b["trials"]]
+    assert (a["max_batch"], a["next_batch"]) == (b["max_batch"], b["next_batch"])
+    for t in b["trials"]:
+        res = t["result"]
+        assert res["status"] == "ok" and res["batch"] == t["batch"]
+        # the process start and torch's import happened before the candidate: under prestart, not in phases
+        assert set(res["prestart"]) == {"startup_s", "import_s", "waited_s"}
+        assert res["prestart"]["import_s"] > 0.05
+        assert "startup_s" not in res["phases"] and res["phases"]["import_s"] < 0.05
+        assert res["phases"]["build_optimizer_s"] < 0.05  # torch._dynamo came with the preload
+    for t in a["trials"]:
+        assert "prestart" not in t["result"] and t["result"]["phases"]["startup_s"] >= 0
+    # the report says where the prestarted candidates' start-up went
+    (art,) = [p for p in (tmp_path / "done").glob("*.json") if json.loads(p.read_text()) == pre]
+    r = subprocess.run([*ENTRY, "report", str(art), "--out", str(tmp_path / "r.md")], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert f"{len(b['trials'])} prestarted, ahead of the candidate" in (tmp_path / "r.md").read_text()
+
+
+def _request(batch: int) -> TrialRequest:
+    return TrialRequest(engine="pytorch-eager", mode="eager", benchmark="maxbatch", batch=batch, precision="fp32",
+                        device="cpu", image_size=32)
+
+
+def test_a_spare_serves_only_its_environment_and_its_thread(tmp_path, monkeypatch):
+    monkeypatch.setenv("KITCTL_RUN_STATE_DIR", str(tmp_path))
+    rt = LocalRuntime(run_id="prestart-test", prestart=True, memory_limit_mib=6000)
+    try:
+        first = rt.run(_request(2), timeout_s=120)
+        assert first.status.value == "ok", first
+        spare = rt._spare
+        assert spare is not None and spare.proc.poll() is None  # the next one waits already
+        # another environment: the waiting spare is not used (its variables were fixed at its start)
+        rt.extra_env["KIT_TEST_MARK"] = "1"
+        second = rt.run(_request(2), timeout_s=120)
+        assert second.status.value == "ok"
+        assert spare.proc.returncode is not None and rt._spare.proc.pid != spare.proc.pid
+        # another thread: the spare's parent-death signal belongs to the thread that started it
+        spare = rt._spare
+        out = []
+        t = threading.Thread(target=lambda: out.append(rt.run(_request(2), timeout_s=120)))
+        t.start()
+        t.join()
+        assert out[0].status.value == "ok"
+        assert spare.proc.returncode is not None
+    finally:
+        rt.close()
+    assert rt._spare is None
+
+
+def test_a_prestarted_trial_whose_stdin_ends_exits_quietly():
+    r = subprocess.run([sys.executable, str(TRIAL)], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                       env={**os.environ, PRESTART_ENV: "1", "CUDA_VISIBLE_DEVICES": ""}, timeout=120)
+    assert r.returncode == 0 and r.stdout == ""
+
+
+def test_prestart_is_refused_where_it_cannot_apply(tmp_path):
+    r = subprocess.run([*ENTRY, *CPU, "--runtime", "docker", "--prestart", "--results-dir", str(tmp_path)],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "--prestart" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert not list(tmp_path.glob("*.json"))
