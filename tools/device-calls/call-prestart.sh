@@ -6,6 +6,7 @@
 #    one-slot pair (8,832/8,833), the search's wall time (slots_wall_s) and each candidate's phases;
 # 2. Lightning's binsearch (max_val 65536, margin 0) and accelerate's finder under the cap of step 1's own
 #    candidates (--like that artifact), so both tools answer the same question in the same call;
+# After each cell its (max, next) pair runs again by a one-slot search without --prestart (VERIFY=0 skips).
 # 3. pytorch-eager bf16 the same way, against the one-slot pair under today's cap (17,024/17,025,
 #    results/reference/maxbatch-resnet50-synthetic-20261204T135243Z.json).
 # Every artifact is copied to $OUT as soon as its step ends (a call cut short keeps what finished).
@@ -32,6 +33,7 @@ for c in doc["results"]:
 EOF
 }
 run_cell() {  # precision, reference max, reference next
+  prec=$1
   say "pytorch-eager $1 at 16,376 MiB, --slots auto --prestart (left $(left) s); used $(gpu_used) MiB"
   local t0=$SECONDS
   timeout -s INT $(( $(left) - 10 )) tools/device-kitctl.sh run maxbatch --runtime local --engines pytorch-eager \
@@ -41,9 +43,21 @@ run_cell() {  # precision, reference max, reference next
   final="$(ls -t results/maxbatch-*.json 2>/dev/null | grep -v partial | head -1)"
   save "$final"; save "$(newest_partial)"
   [ -n "$final" ] && summary "$final" "$2" "$3"
+  # The pair again, one candidate at a time without --prestart, on this card (VERIFY=0 skips): the slots answer
+  # checked by a sequential search under the same cap, whatever card the call got.
+  if [ "${VERIFY:-1}" = 1 ] && [ -n "$final" ] && (( $(left) > 120 )); then
+    local pair; pair=$(python3 -c "import json,sys; c=json.load(open(sys.argv[1]))['results'][0]; print(c['max_batch'], c['next_batch'])" "$final")
+    set -- $pair
+    say "$1/$2 by a one-slot search (left $(left) s)"
+    timeout -s INT $(( $(left) - 60 )) tools/device-kitctl.sh run maxbatch --runtime local --engines pytorch-eager \
+      --precision "$prec" --vram-limit 16376 --timeout 120 --start-batch "$1" --max-batch "$2" 2>&1 | grep -v '…$'
+    echo "rc=${PIPESTATUS[0]}"
+    save "$(ls -t results/maxbatch-*.json 2>/dev/null | grep -v partial | head -1)"
+  fi
 }
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 run_cell fp32 8832 8833
-fp32_art=$final
+fp32_art=$final  # the slots artifact (the check above does not change it)
 if [ -n "$fp32_art" ] && (( $(left) > 150 )); then
   say "peers, fp32, the cap of $fp32_art (left $(left) s)"
   timeout $(( $(left) - 90 )) python3 tools/peer_batch_finders.py --like "$fp32_art" --engine pytorch-eager \
