@@ -10,7 +10,9 @@ import json
 import os
 import subprocess
 import sys
+import signal
 import threading
+import time
 from pathlib import Path
 
 from kitctl.core.protocol import TrialRequest
@@ -120,3 +122,26 @@ def test_prestart_is_refused_where_it_cannot_apply(tmp_path):
     assert "--prestart" in r.stderr and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
     assert not list(tmp_path.glob("*.json"))
+
+
+def test_an_interrupted_prestart_run_keeps_its_partial_and_leaves_no_process(tmp_path):
+    before = prestarted_pids()
+    proc = subprocess.Popen([*ENTRY, *CPU[:-6], "--start-batch", "4", "--max-batch", "4096", "--memory-limit", "6000",
+                             "--slots", "2", "--prestart", "--results-dir", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        # a candidate running and the spares started: then Ctrl-C
+        while time.monotonic() < deadline and not (prestarted_pids() - before):
+            time.sleep(0.2)
+        time.sleep(2)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0 and "Traceback" not in err
+    assert "partial artifact kept" in err
+    assert list(tmp_path.glob("*.partial.json"))
+    time.sleep(0.5)
+    assert prestarted_pids() - before == set()
