@@ -154,9 +154,11 @@ def test_k3_runs_two_levels_of_bisection_at_once():
     cfg = SearchConfig(100, 1000)
     trials = [(100, Status.OK), (200, Status.OOM)]
     decide = STRATEGIES["protocol"]
-    assert candidates(decide, trials, cfg, 3) == [150, 175, 125]
+    # the midpoint first; then the likelier branch's quarter point: with the boundary equally likely at any
+    # scale in [100, 200], 150 fails more often than it passes (log 200/150 < log 150/100), so 125 first
+    assert candidates(decide, trials, cfg, 3) == [150, 125, 175]
     # 150 already running on another lane: the next free lanes take the quarter points.
-    assert candidates(decide, trials, cfg, 2, pending=[150]) == [175, 125]
+    assert candidates(decide, trials, cfg, 2, pending=[150]) == [125, 175]
     # A speculative 175 recorded but 150 not yet: it is measured, not on the path.
     r = replay(decide, trials + [(175, Status.OK)], cfg)
     assert r.path == (0, 1) and r.decision.batch == 150
@@ -277,3 +279,25 @@ def test_committed_h200_searches_cancellation_saves_wall_time_in_replay(capsys):
                 print(f"\nREPLAY (recorded elapsed_s, not measured) {strategy} k={k}, {n} committed searches: "
                       f"{w0:.0f} s without cancelling, {w1:.0f} s with ({c} candidates cancelled), "
                       f"{100 * (w0 - w1) / w0:.0f} % less wall time")
+
+
+def test_while_doubling_the_lanes_take_the_chain_of_passes():
+    """No failure yet and no peaks but the calibration's: each next doubling is likelier to pass than not (the
+    boundary equally likely at any scale up to --max-batch), so 8 lanes run 8 doublings at once instead of
+    spending half of them on bisections below batches that will probably pass."""
+    cfg = SearchConfig(128, 1 << 20, target_mib=16120.0, anchor=(16, 1300.8))
+    assert candidates(STRATEGIES["protocol"], [], cfg, 8) == [128 << i for i in range(8)]
+
+
+def test_the_committed_h200_fp32_search_takes_five_rounds_of_eight():
+    """PyTorch eager fp32 at 16,376 MiB (the committed one-slot search, 21 candidates): 7 rounds of 8 on the
+    H200 with the breadth-first tree (results/reference/reports/h200-slots.md), 5 when the likeliest future
+    is expanded first; the same answer and path."""
+    (cell_doc,) = [(doc, c) for name, doc, c in committed_cells()
+                   if name == "maxbatch-resnet50-synthetic-20261129T195932Z.json" and c["precision"] == "fp32"]
+    doc, cell = cell_doc
+    cfg = search_config(doc, cell)
+    ref, hist = run_search(oracle_of(cell), cfg, "protocol")
+    sim = simulate(oracle_of(cell), cfg, "protocol", 8)
+    assert same(sim.decision, ref) and [sim.trials[i] for i in sim.path] == hist
+    assert (len(hist), sim.rounds) == (21, 5)

@@ -3,7 +3,9 @@
 A strategy (`strategies.STRATEGIES`) asks for one batch at a time. With k free GPUs the next
 candidates it *could* ask for are known in advance: the one it asks for now, and for each
 possible outcome of that one (pass / memory failure) the one it would ask for then, and so on —
-a breadth-first tree of the strategy's own decisions. For bisection, k = 3 runs two levels of
+a tree of the strategy's own decisions, expanded likeliest future first (`pass_probability`: a
+guessed peak against the budget, else the boundary equally likely at any scale in the bracket, so
+while doubling the chain of passes fills the lanes). For bisection, k = 3 runs two levels of
 the tree at once (the midpoint and both quarter points); whichever way the midpoint goes, the
 next candidate is already measured.
 
@@ -37,6 +39,8 @@ Pure functions, no I/O.
 """
 from __future__ import annotations
 
+import heapq
+import math
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
@@ -51,6 +55,10 @@ Decide = Callable[[Sequence[Trial], SearchConfig], Decision]
 # Nodes of the hypothesis tree looked at per call: enough for k ≤ 8 at depth 3 with a few
 # pending candidates, small enough to stay a few milliseconds.
 MAX_NODES = 512
+# pass_probability: a guessed peak this fraction of the budget under it is a pass with odds e:1; the floor
+# keeps every branch possible.
+PASS_SCALE = 0.1
+PASS_FLOOR = 0.02
 
 
 @dataclass(frozen=True)
@@ -122,6 +130,34 @@ def hypotheses(history: Sequence[Trial], batch: int, cfg: SearchConfig) -> tuple
     return (batch, Status.OK, guess_peak(history, batch, cfg), cp), (batch, Status.OOM, None, cp)
 
 
+def pass_probability(history: Sequence[Trial], batch: int, cfg: SearchConfig) -> float:
+    """How likely a pending candidate is to pass, for ordering the hypothesis tree (never for the answer): its
+    peak guessed as in `hypotheses` against the budget the search aims at, on a logistic curve of the relative
+    margin (PASS_SCALE); 0.5 where nothing is known (no budget, fewer than two points: the tree stays breadth
+    first). Where candidates report compiled peaks, those against the framework's budget."""
+    cp = guess_compiled(history, batch)
+    if cp is not None and cfg.compiled_target_mib:
+        peak, target = cp, float(cfg.compiled_target_mib)
+    else:
+        peak, target = guess_peak(history, batch, cfg), cfg.target_mib
+    if peak is None or not target:
+        return _log_uniform(history, batch, cfg)
+    x = (float(target) - peak) / float(target) / PASS_SCALE
+    p = 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, x))))
+    return min(1.0 - PASS_FLOOR, max(PASS_FLOOR, p))
+
+
+def _log_uniform(history: Sequence[Trial], batch: int, cfg: SearchConfig) -> float:
+    """P(pass) with the boundary equally likely at any scale between the largest pass and the smallest memory
+    failure (or --max-batch): while doubling, each next batch likely passes; mid-bisection, about even."""
+    lo = max([t[0] for t in history if t[1] is Status.OK], default=cfg.min_batch)
+    hi = min([t[0] for t in history if t[1] is Status.OOM], default=cfg.max_batch + 1)
+    if not lo < batch < hi:
+        return 0.5
+    p = math.log(hi / batch) / math.log(hi / lo)
+    return min(1.0 - PASS_FLOOR, max(PASS_FLOOR, p))
+
+
 def _leftover(trials: Sequence[Trial], root: Replayed) -> dict[int, list[Trial]]:
     """The recorded trials off the replayed path, per batch: real outcomes, not hypotheses."""
     used = set(root.path)
@@ -165,13 +201,16 @@ def candidates(decide: Decide, trials: Sequence[Trial], cfg: SearchConfig, k: in
     leftover = _leftover(trials, root)
     running = set(pending)
     chosen: list[int] = []
-    # A node: the history one hypothetical future would hand the strategy, how many leftover
-    # trials of each batch it has used, and the batches it has hypothesised.
-    queue: deque[tuple[tuple[Trial, ...], dict[int, int], frozenset[int]]] = deque(
-        [(root.history, {}, frozenset())])
+    # A node: how likely its future is (log), its order of creation (ties: breadth first), the history that
+    # future would hand the strategy, how many leftover trials of each batch it has used, and the batches it
+    # has hypothesised. The likeliest future is expanded first: a pass that the peaks make near certain
+    # (a small batch far under the budget) puts the next candidates on its branch, not on its failure's.
+    queue: list[tuple[float, int, tuple[Trial, ...], dict[int, int], frozenset[int]]] = [
+        (-0.0, 0, root.history, {}, frozenset())]
+    order = 1
     seen = 0
     while queue and len(chosen) < k and seen < MAX_NODES:
-        hist, taken, assumed = queue.popleft()
+        neg_logp, _, hist, taken, assumed = heapq.heappop(queue)
         seen += 1
         d, hist, taken = _advance(decide, hist, taken, leftover, cfg)
         b = d.batch
@@ -182,8 +221,10 @@ def candidates(decide: Decide, trials: Sequence[Trial], cfg: SearchConfig, k: in
             chosen.append(b)
             if len(chosen) >= k:
                 break
-        for h in hypotheses(hist, b, cfg):
-            queue.append((hist + (h,), taken, assumed | {b}))
+        ok = pass_probability(hist, b, cfg)
+        for h, p in zip(hypotheses(hist, b, cfg), (ok, 1.0 - ok)):
+            heapq.heappush(queue, (neg_logp - math.log(p), order, hist + (h,), taken, assumed | {b}))
+            order += 1
     return chosen
 
 
