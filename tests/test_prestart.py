@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from kitctl.core.protocol import TrialRequest
-from kitctl.runtimes.local import PRESTART_ENV, LocalRuntime
+from kitctl.runtimes.local import PRESTART_DEPTH, PRESTART_ENV, LocalRuntime
 
 ROOT = Path(__file__).resolve().parents[1]
 TRIAL = ROOT / "trials" / "pytorch" / "trial.py"
@@ -89,24 +89,29 @@ def test_a_spare_serves_only_its_environment_and_its_thread(tmp_path, monkeypatc
     try:
         first = rt.run(_request(2), timeout_s=120)
         assert first.status.value == "ok", first
-        spare = rt._spare
-        assert spare is not None and spare.proc.poll() is None  # the next one waits already
-        # another environment: the waiting spare is not used (its variables were fixed at its start)
-        rt.extra_env["KIT_TEST_MARK"] = "1"
-        second = rt.run(_request(2), timeout_s=120)
+        spares = list(rt._spares)
+        assert len(spares) == PRESTART_DEPTH and all(x.proc.poll() is None for x in spares)  # the next ones wait
+        second = rt.run(_request(2), timeout_s=120)  # takes the oldest spare, starts one more
         assert second.status.value == "ok"
-        assert spare.proc.returncode is not None and rt._spare.proc.pid != spare.proc.pid
-        # another thread: the spare's parent-death signal belongs to the thread that started it
-        spare = rt._spare
+        assert spares[0].proc.returncode is not None and rt._spares[:-1] == spares[1:]
+        # another environment: the waiting spares are not used (their variables were fixed at their start)
+        spares = list(rt._spares)
+        rt.extra_env["KIT_TEST_MARK"] = "1"
+        third = rt.run(_request(2), timeout_s=120)
+        assert third.status.value == "ok"
+        assert all(x.proc.returncode is not None for x in spares)
+        assert not {x.proc.pid for x in rt._spares} & {x.proc.pid for x in spares}
+        # another thread: a spare's parent-death signal belongs to the thread that started it
+        spares = list(rt._spares)
         out = []
         t = threading.Thread(target=lambda: out.append(rt.run(_request(2), timeout_s=120)))
         t.start()
         t.join()
         assert out[0].status.value == "ok"
-        assert spare.proc.returncode is not None
+        assert all(x.proc.returncode is not None for x in spares)
     finally:
         rt.close()
-    assert rt._spare is None
+    assert rt._spares == []
 
 
 def test_a_prestarted_trial_whose_stdin_ends_exits_quietly():

@@ -9,7 +9,7 @@
 # After each cell its (max, next) pair runs again by a one-slot search without --prestart (VERIFY=0 skips).
 # 3. pytorch-eager bf16 the same way, against the one-slot pair under today's cap (17,024/17,025,
 #    results/reference/maxbatch-resnet50-synthetic-20261204T135243Z.json).
-# Every artifact is copied to $OUT as soon as its step ends (a call cut short keeps what finished).
+# BF16=0 skips step 3. Every artifact is copied to $OUT as soon as its step ends (a call cut short keeps what finished).
 set -u
 LIMIT=${CALL_LIMIT_S:-560}
 cd "$(dirname "$0")/../.."; . tools/device-calls/lib.sh
@@ -63,6 +63,6 @@ if [ -n "$fp32_art" ] && (( $(left) > 150 )); then
   timeout $(( $(left) - 90 )) python3 tools/peer_batch_finders.py --like "$fp32_art" --engine pytorch-eager \
     --precision fp32 --lightning-max-val 65536 --lightning-margin 0 --out "$OUT/peers-fp32-max65536-margin0.json" | tail -4
 fi
-(( $(left) > 100 )) && run_cell bf16 17024 17025
+[ "${BF16:-1}" = 1 ] && (( $(left) > 100 )) && run_cell bf16 17024 17025
 ls -t ~/.kitctl 2>/dev/null | head -2
 say "used $(gpu_used) MiB; $SECONDS s"

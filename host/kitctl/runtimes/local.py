@@ -158,6 +158,10 @@ PRESTART_ENV = "KIT_PRESTART"
 # The trials whose framework import touches no device (kittrial.run's preload): the JAX and TensorFlow trials set
 # their allocator's environment from the candidate's arguments before importing, so they cannot start early.
 PRESTART_TRIALS = ("pytorch",)
+# Spares kept waiting per runtime (per slot). A PyTorch candidate's own work can take under 2 s while its import
+# takes 3-6 s on a busy 16-core host (H100, 4 slots): one spare started at the previous hand-over is still
+# importing when it is needed, so several are started ahead.
+PRESTART_DEPTH = 3
 
 
 @dataclass
@@ -181,10 +185,11 @@ class LocalRuntime(Runtime):
         self.extra_env = dict(env or {})
         self.current: _Group | None = None  # for interrupt cleanup
         self.state = RunState(run_id or uuid.uuid4().hex[:12])  # live trials, for orphan sweeps
-        # --prestart: while a candidate runs, the next one's process is already started and importing its
-        # framework (one spare per runtime, i.e. per slot); it gets its arguments when the search asks.
+        # --prestart: while a candidate runs, the next ones' processes are already started and importing their
+        # framework (PRESTART_DEPTH spares per runtime, i.e. per slot, oldest first); one gets its arguments
+        # when the search asks.
         self.prestart = prestart
-        self._spare: _Spare | None = None
+        self._spares: list[_Spare] = []
 
     def _env(self, spec: TrialSpec) -> dict[str, str]:
         env = dict(os.environ)
@@ -248,9 +253,7 @@ class LocalRuntime(Runtime):
                        what="prestarted trial, waiting for its candidate")
         return proc
 
-    def _discard(self, spare: _Spare | None, wait: bool = True) -> None:
-        if spare is None:
-            return
+    def _discard(self, spare: _Spare, wait: bool = True) -> None:
         try:
             os.killpg(spare.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -260,23 +263,29 @@ class LocalRuntime(Runtime):
             self.state.remove(spare.proc.pid)
 
     def _hand_over(self, spec: TrialSpec) -> subprocess.Popen:
-        """The candidate's process: the waiting spare when it was started for this program, environment and
-        limits on this thread and is still alive, else a new one; it gets the arguments, and the next spare
-        starts at once (it imports while this candidate runs)."""
-        key = self._spare_key(spec)
-        spare, self._spare = self._spare, None
+        """The candidate's process: the oldest waiting spare started for this program, environment and limits on
+        this thread that is still alive, else a new one; it gets the arguments, and spares are started up to
+        PRESTART_DEPTH at once (they import while this candidate runs)."""
+        key, me = self._spare_key(spec), threading.get_ident()
+        keep = [x for x in self._spares if x.key == key and x.thread == me]
+        for x in self._spares:
+            if x not in keep:
+                self._discard(x)
+        self._spares = keep
         line = json.dumps({"argv": list(spec.argv)}) + "\n"
         proc = None
-        if spare is not None and spare.key == key and spare.thread == threading.get_ident() \
-                and spare.proc.poll() is None:
-            try:
-                spare.proc.stdin.write(line)
-                spare.proc.stdin.close()
-                proc = spare.proc
-            except OSError:  # it died since the poll: a new process instead
-                proc = None
-        if proc is None:
+        while self._spares and proc is None:
+            spare = self._spares.pop(0)
+            if spare.proc.poll() is None:
+                try:
+                    spare.proc.stdin.write(line)
+                    spare.proc.stdin.close()
+                    proc = spare.proc
+                    continue
+                except OSError:  # it died since the poll
+                    pass
             self._discard(spare)
+        if proc is None:
             proc = self._spawn(spec)
             try:
                 proc.stdin.write(line)
@@ -284,8 +293,9 @@ class LocalRuntime(Runtime):
             except OSError:  # it died at once: its exit code and stderr say why
                 pass
         proc.stdin = None  # closed: communicate() must not flush it
-        self.state.remove(proc.pid)  # recorded again below, as the candidate
-        self._spare = _Spare(self._spawn(spec), key, threading.get_ident())
+        self.state.remove(proc.pid)  # recorded again by execute, as the candidate
+        while len(self._spares) < PRESTART_DEPTH:
+            self._spares.append(_Spare(self._spawn(spec), key, me))
         return proc
 
     # ------------------------------------------------------------------ run
@@ -344,11 +354,13 @@ class LocalRuntime(Runtime):
     def interrupt(self) -> None:
         if self.current is not None:
             self.current.kill(KilledBy.KIT_INTERRUPT)
-        self._discard(self._spare, wait=False)  # from any thread: kill only; the next hand-over or close reaps it
+        for spare in list(self._spares):  # from any thread: kill only; the next hand-over or close reaps them
+            self._discard(spare, wait=False)
 
     def close(self) -> None:
-        spare, self._spare = self._spare, None
-        self._discard(spare)
+        spares, self._spares = self._spares, []
+        for spare in spares:
+            self._discard(spare)
         self.state.close()
 
     def describe(self, engine: str) -> dict[str, Any]:
