@@ -58,9 +58,9 @@ run_cell() {  # precision, reference max, reference next
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 run_cell fp32 8832 8833
 fp32_art=$final  # the slots artifact (the check above does not change it)
-if [ -n "$fp32_art" ] && (( $(left) > 150 )); then
+if [ -n "$fp32_art" ] && (( $(left) > 80 )); then
   say "peers, fp32, the cap of $fp32_art (left $(left) s)"
-  timeout $(( $(left) - 90 )) python3 tools/peer_batch_finders.py --like "$fp32_art" --engine pytorch-eager \
+  timeout $(( $(left) - 10 )) python3 tools/peer_batch_finders.py --like "$fp32_art" --engine pytorch-eager \
     --precision fp32 --lightning-max-val 65536 --lightning-margin 0 --out "$OUT/peers-fp32-max65536-margin0.json" | tail -4
 fi
 [ "${BF16:-1}" = 1 ] && (( $(left) > 100 )) && run_cell bf16 17024 17025
