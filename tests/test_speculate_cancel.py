@@ -62,8 +62,8 @@ class SlowTrialRuntime(LocalRuntime):
         return [sys.executable, "-c", SLOW_TRIAL, str(request.batch), str(self.pids)]
 
 
-def config():
-    cfg = _setup(None, "protocol", device="cpu", engines=EAGER, start=8, maxb=400)
+def config(maxb: int = 4096):
+    cfg = _setup(None, "protocol", device="cpu", engines=EAGER, start=8, maxb=maxb)
     return replace(cfg, run=replace(cfg.run, precisions=("fp32",)))
 
 
@@ -100,16 +100,17 @@ def test_a_useless_speculation_is_killed_recorded_apart_and_resumes_to_the_same_
     for f in pids.iterdir():
         f.unlink()
 
-    # Two lanes: 128 and 256 run side by side; 128 passes first, its lane speculates on 400
-    # (256 passing, doubled up to --max-batch); 256 fails two seconds later and 400 is cancelled.
+    # Two lanes: 128 and 256 run side by side; 128 passes first, its lane speculates on 512 (256 passing: while
+    # the search doubles towards --max-batch 4,096, the likelier outcome); 256 fails two seconds later and 512 is
+    # cancelled.
     r = runner(tmp_path / "two", cfg, [SlowTrialRuntime(pids, "c2a"), SlowTrialRuntime(pids, "c2b")])
     two = r.run()
     [c], [c1] = two["results"], one["results"]
     assert answers(two) == answers(one)
     assert on_path_batches(c, cfg) == [t["batch"] for t in c1["trials"]]
     assert cfg.cell_problem(c) is None
-    gone = c["cancelled"]  # 400, and speculations of the bisection below that a result made moot
-    [top] = [g for g in gone if g["batch"] == 400]
+    gone = c["cancelled"]  # 512, and speculations of the bisection below that a result made moot
+    [top] = [g for g in gone if g["batch"] == 512]
     assert top["elapsed_s"] < 60  # killed, not ended: the stand-in sleeps 60 s above 300
     for g in gone:
         assert g["killed_by"] == "kit_interrupt" and g["on_path"] is False and g["gpu"]["uuid"] in UUIDS3
@@ -117,7 +118,7 @@ def test_a_useless_speculation_is_killed_recorded_apart_and_resumes_to_the_same_
     assert all(t["batch"] <= SLOW_ABOVE for t in c["trials"])  # never among the trials
     # Its processes and the child in their group are gone (the local runtime's group kill).
     started = [f.name.split("-") for f in pids.iterdir()]
-    [(_, pid, child)] = [p for p in started if p[0] == "400"]
+    [(_, pid, child)] = [p for p in started if p[0] == "512"]
     assert not alive(int(pid)) and not alive(int(child))
     assert not any(alive(int(p[1])) or alive(int(p[2])) for p in started)
     # The artifact on disk carries them; the report counts them apart from the measured candidates.
