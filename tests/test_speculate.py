@@ -301,3 +301,18 @@ def test_the_committed_h200_fp32_search_takes_five_rounds_of_eight():
     sim = simulate(oracle_of(cell), cfg, "protocol", 8)
     assert same(sim.decision, ref) and [sim.trials[i] for i in sim.path] == hist
     assert (len(hist), sim.rounds) == (21, 5)
+
+
+def test_pass_probability_reads_the_guessed_peak_against_the_budget():
+    """With two measured passes the line through their peaks decides: a batch guessed far under the budget is a
+    near-certain pass, one guessed at the budget even, one far over a near-certain failure (floored, never 0)."""
+    from kitctl.benchmarks.maxbatch.search.speculate import PASS_FLOOR, pass_probability
+
+    cfg = SearchConfig(100, 1 << 20, target_mib=10000.0)
+    hist = [(1000, Status.OK, 2000.0), (2000, Status.OK, 3000.0)]  # 1 MiB per image, 1,000 MiB fixed
+    assert pass_probability(hist, 3000, cfg) == 1 - PASS_FLOOR  # guessed 4,000: 60 % under
+    assert abs(pass_probability(hist, 9000, cfg) - 0.5) < 1e-9  # guessed 10,000: at the budget
+    assert pass_probability(hist, 20000, cfg) == PASS_FLOOR  # guessed 21,000
+    # Without a budget (CPU) or peaks: the boundary equally likely at any scale in [largest pass, smallest failure]
+    plain = SearchConfig(100, 1000)
+    assert abs(pass_probability([(100, Status.OK), (400, Status.OOM)], 200, plain) - 0.5) < 1e-9
