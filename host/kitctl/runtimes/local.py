@@ -237,15 +237,11 @@ class LocalRuntime(Runtime):
 
     # ------------------------------------------------------------------ prestart
 
-    def _spare_key(self, spec: TrialSpec) -> tuple:
-        return (spec.program, tuple(sorted(self._env(spec).items())), spec.memory_limit_mib, spec.cpus)
-
-    def _spawn(self, spec: TrialSpec) -> subprocess.Popen:
-        """Start the trial's program to wait for its arguments on stdin."""
-        env = {**self._env(spec), PRESTART_ENV: "1"}
+    def _spawn(self, spec: TrialSpec, env: dict[str, str]) -> subprocess.Popen:
+        """Start the trial's program (with the candidate's environment `env`) to wait for its arguments on stdin."""
         proc = subprocess.Popen(
             list(spec.program), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.PIPE,
-            env=env, start_new_session=True, text=True, errors="replace",
+            env={**env, PRESTART_ENV: "1"}, start_new_session=True, text=True, errors="replace",
             preexec_fn=_preexec(spec.memory_limit_mib, spec.cpus),
         )
         r = spec.record
@@ -266,7 +262,9 @@ class LocalRuntime(Runtime):
         """The candidate's process: the oldest waiting spare started for this program, environment and limits on
         this thread that is still alive, else a new one; it gets the arguments, and spares are started up to
         PRESTART_DEPTH at once (they import while this candidate runs)."""
-        key, me = self._spare_key(spec), threading.get_ident()
+        env = self._env(spec)
+        key = (spec.program, tuple(sorted(env.items())), spec.memory_limit_mib, spec.cpus)
+        me = threading.get_ident()
         keep = [x for x in self._spares if x.key == key and x.thread == me]
         for x in self._spares:
             if x not in keep:
@@ -286,7 +284,7 @@ class LocalRuntime(Runtime):
                     pass
             self._discard(spare)
         if proc is None:
-            proc = self._spawn(spec)
+            proc = self._spawn(spec, env)
             try:
                 proc.stdin.write(line)
                 proc.stdin.close()
@@ -295,7 +293,7 @@ class LocalRuntime(Runtime):
         proc.stdin = None  # closed: communicate() must not flush it
         self.state.remove(proc.pid)  # recorded again by execute, as the candidate
         while len(self._spares) < PRESTART_DEPTH:
-            self._spares.append(_Spare(self._spawn(spec), key, me))
+            self._spares.append(_Spare(self._spawn(spec, env), key, me))
         return proc
 
     # ------------------------------------------------------------------ run

@@ -149,7 +149,7 @@ def _one_run(ctx: Context, console: ResultOutput, limit: VramLimit | None, catal
     if cfg.prestart:
         from ...runtimes.local import LocalRuntime
 
-        rts = [s.rt, *(rt for _, rt in (s.gpus or []))]
+        rts = [rt for _, rt in s.gpus] if s.gpus else [s.rt]  # --gpus: the run's own runtime is the first
         if cfg.cluster or not all(isinstance(rt, LocalRuntime) for rt in rts):
             s.rt.close()
             s.store.release()

@@ -133,8 +133,8 @@ def hypotheses(history: Sequence[Trial], batch: int, cfg: SearchConfig) -> tuple
 def pass_probability(history: Sequence[Trial], batch: int, cfg: SearchConfig) -> float:
     """How likely a pending candidate is to pass, for ordering the hypothesis tree (never for the answer): its
     peak guessed as in `hypotheses` against the budget the search aims at, on a logistic curve of the relative
-    margin (PASS_SCALE); 0.5 where nothing is known (no budget, fewer than two points: the tree stays breadth
-    first). Where candidates report compiled peaks, those against the framework's budget."""
+    margin (PASS_SCALE); without a budget or two points to guess from, by its place in the bracket
+    (`_log_uniform`). Where candidates report compiled peaks, those against the framework's budget."""
     cp = guess_compiled(history, batch)
     if cp is not None and cfg.compiled_target_mib:
         peak, target = cp, float(cfg.compiled_target_mib)
@@ -143,7 +143,10 @@ def pass_probability(history: Sequence[Trial], batch: int, cfg: SearchConfig) ->
     if peak is None or not target:
         return _log_uniform(history, batch, cfg)
     x = (float(target) - peak) / float(target) / PASS_SCALE
-    p = 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, x))))
+    return _floored(1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, x)))))
+
+
+def _floored(p: float) -> float:
     return min(1.0 - PASS_FLOOR, max(PASS_FLOOR, p))
 
 
@@ -154,8 +157,7 @@ def _log_uniform(history: Sequence[Trial], batch: int, cfg: SearchConfig) -> flo
     hi = min([t[0] for t in history if t[1] is Status.OOM], default=cfg.max_batch + 1)
     if not lo < batch < hi:
         return 0.5
-    p = math.log(hi / batch) / math.log(hi / lo)
-    return min(1.0 - PASS_FLOOR, max(PASS_FLOOR, p))
+    return _floored(math.log(hi / batch) / math.log(hi / lo))
 
 
 def _leftover(trials: Sequence[Trial], root: Replayed) -> dict[int, list[Trial]]:
