@@ -13,10 +13,11 @@ import sys
 import signal
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from kitctl.core.protocol import TrialRequest
-from kitctl.runtimes.local import PRESTART_DEPTH, PRESTART_ENV, LocalRuntime
+from kitctl.runtimes.local import PRESTART_DEPTH, PRESTART_ENV, WARM_DEPTH, LocalRuntime
 
 ROOT = Path(__file__).resolve().parents[1]
 TRIAL = ROOT / "trials" / "pytorch" / "trial.py"
@@ -112,6 +113,54 @@ def test_a_spare_serves_only_its_environment_and_its_thread(tmp_path, monkeypatc
     finally:
         rt.close()
     assert rt._spares == []
+
+
+def test_warm_starts_a_spare_the_next_candidate_on_that_thread_takes(tmp_path, monkeypatch):
+    monkeypatch.setenv("KITCTL_RUN_STATE_DIR", str(tmp_path))
+    rt = LocalRuntime(run_id="prestart-warm", prestart=True, memory_limit_mib=6000)
+    try:
+        rt.warm(_request(2))
+        (spare,) = rt._spares  # WARM_DEPTH: one, so a calibration running meanwhile is not slowed by many imports
+        assert WARM_DEPTH == 1 and spare.proc.poll() is None
+        rt.warm(_request(2))  # again: already warm, nothing more started
+        assert rt._spares == [spare]
+        out = rt.run(_request(2), timeout_s=120)
+        assert out.status.value == "ok" and out.result["prestart"]["import_s"] > 0.05
+        assert spare.proc.returncode == 0  # the warmed process ran the candidate
+        assert len(rt._spares) == PRESTART_DEPTH and spare not in rt._spares
+    finally:
+        rt.close()
+
+
+def test_cancel_kills_the_candidate_and_keeps_the_spares(tmp_path, monkeypatch):
+    """A speculation the search no longer needs is cancelled; the slot's spares, still importing or waiting for
+    its next candidate, stay (interrupt, the run's end, kills them too)."""
+    monkeypatch.setenv("KITCTL_RUN_STATE_DIR", str(tmp_path))
+    rt = LocalRuntime(run_id="prestart-cancel", prestart=True, memory_limit_mib=6000)
+    try:
+        out, spares = [], []
+
+        def slot():  # one slot's thread: a candidate, then a long one that gets cancelled
+            out.append(rt.run(_request(2), timeout_s=120))
+            spares.extend(rt._spares)
+            out.append(rt.run(replace(_request(2), steps=10_000), timeout_s=300))
+        t = threading.Thread(target=slot)
+        t.start()
+        deadline = time.monotonic() + 120
+        while not (spares and rt.current is not None) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)
+        rt.cancel()
+        t.join(120)
+        assert out[0].status.value == "ok" and out[1].killed_by.value == "kit_interrupt"
+        assert spares[0].proc.returncode is not None  # it was the cancelled candidate
+        assert all(x.proc.poll() is None for x in spares[1:])  # the others still wait
+        waiting = [x for x in rt._spares]
+        rt.interrupt()
+        for x in waiting:
+            x.proc.wait(10)
+    finally:
+        rt.close()
 
 
 def test_a_prestarted_trial_whose_stdin_ends_exits_quietly():

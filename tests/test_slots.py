@@ -352,6 +352,43 @@ def test_k_slots_give_the_one_slot_answer_and_path(tmp_path, case, k):
     assert "slot" not in ck["calibration"]
 
 
+class Warming(Slotted):
+    """Slotted, recording each `warm` (the runtime hook a lane calls while a cell calibrates alone): which
+    runtime, on which thread, for what request, when."""
+
+    warmed: list[tuple[int, int, TrialRequest, float]] = []
+
+    def warm(self, request):
+        Warming.warmed.append((id(self), threading.get_ident(), request, time.monotonic()))
+
+
+def test_idle_slots_warm_their_runtime_for_the_calibrating_cell(tmp_path):
+    cfg = config("protocol")
+    Slotted.log, Warming.warmed = [], []
+    rts = [Warming(PASSES["monotone"], delay=0.3) for _ in range(3)]
+    threads: dict[int, int] = {}  # runtime -> the lane thread that ran its candidates
+    for rt in rts:
+        run = rt.run
+
+        def logged(request, *, _rt=rt, _run=run, **kw):
+            threads.setdefault(id(_rt), threading.get_ident())
+            return _run(request, **kw)
+        rt.run = logged
+    doc = slot_runner(tmp_path, cfg, rts).run()
+    [cell] = doc["results"]
+    [(_, _, cal_start, cal_end)] = [x for x in Slotted.log if x[1] == cfg.calibration_batch][:1]
+    # Every lane but the calibrating one warmed once, for the calibration's engine and precision, on the thread
+    # that later ran its candidates, while the calibration ran.
+    warmed = {rid: (tid, req, t) for rid, tid, req, t in Warming.warmed}
+    assert len(Warming.warmed) == len(rts) - 1 == len(warmed)
+    for rid, (tid, req, t) in warmed.items():
+        assert (req.engine, req.precision, req.batch) == ("pytorch-eager", "fp32", cfg.calibration_batch)
+        assert cal_start <= t <= cal_end
+        assert threads.get(rid, tid) == tid
+    one = slot_runner(tmp_path / "one", cfg, [Slotted(PASSES["monotone"], delay=0.01)]).run()
+    assert answers(doc) == answers(one)
+
+
 class SlotWatched(Slotted):
     """Slotted, as a GPU with slots reports it: a candidate under the per-slot gate (watcher from the
     slot plan) has its own per-process memory and no device delta."""

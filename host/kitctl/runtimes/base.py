@@ -63,9 +63,18 @@ class Runtime(abc.ABC):
         return {"runtime": self.name}
 
     def interrupt(self) -> None:
-        """Kill the candidate running now, if any (from another thread: a signal, a lane's failure, a
-        speculation the search no longer needs); its `run` returns it as killed by kit_interrupt.
+        """Kill the candidate running now, if any, and whatever the runtime keeps ready for the next (from
+        another thread: a signal, a lane's failure); its `run` returns it as killed by kit_interrupt.
         A runtime with nothing to kill does nothing."""
+
+    def cancel(self) -> None:
+        """Kill the candidate running now only (from another thread: a speculation the search no longer
+        needs); the run goes on, so what is kept ready for the next candidate stays."""
+        self.interrupt()
+
+    def warm(self, request: TrialRequest) -> None:
+        """Get ready, on the calling thread, for candidates like `request` before the first one is asked
+        for (--prestart: a spare process importing its framework); by default there is nothing to do."""
 
     def slot_copy(self) -> "Runtime":
         """Another runtime like this one for a second slot on the same device (`--slots`): same

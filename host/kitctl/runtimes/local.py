@@ -162,6 +162,8 @@ PRESTART_TRIALS = ("pytorch",)
 # takes 3-6 s on a busy 16-core host (H100, 4 slots): one spare started at the previous hand-over is still
 # importing when it is needed, so several are started ahead.
 PRESTART_DEPTH = 3
+# Spares an idle slot starts before its first candidate (LocalRuntime.warm).
+WARM_DEPTH = 1
 
 
 @dataclass
@@ -258,10 +260,9 @@ class LocalRuntime(Runtime):
             spare.proc.communicate()
             self.state.remove(spare.proc.pid)
 
-    def _hand_over(self, spec: TrialSpec) -> subprocess.Popen:
-        """The candidate's process: the oldest waiting spare started for this program, environment and limits on
-        this thread that is still alive, else a new one; it gets the arguments, and spares are started up to
-        PRESTART_DEPTH at once (they import while this candidate runs)."""
+    def _keep(self, spec: TrialSpec) -> tuple[dict[str, str], tuple, int]:
+        """The environment and key of `spec`'s candidates on this thread; spares started for another are
+        killed."""
         env = self._env(spec)
         key = (spec.program, tuple(sorted(env.items())), spec.memory_limit_mib, spec.cpus)
         me = threading.get_ident()
@@ -270,6 +271,23 @@ class LocalRuntime(Runtime):
             if x not in keep:
                 self._discard(x)
         self._spares = keep
+        return env, key, me
+
+    def warm(self, request: TrialRequest) -> None:
+        """--prestart: while a cell calibrates alone, an idle slot starts WARM_DEPTH spares for its candidates
+        (one each, so 8 slots' imports do not slow the calibration candidate on the critical path)."""
+        spec = self.spec(request)
+        if not spec.prestart:
+            return
+        env, key, me = self._keep(spec)
+        while len(self._spares) < WARM_DEPTH:
+            self._spares.append(_Spare(self._spawn(spec, env), key, me))
+
+    def _hand_over(self, spec: TrialSpec) -> subprocess.Popen:
+        """The candidate's process: the oldest waiting spare started for this program, environment and limits on
+        this thread that is still alive, else a new one; it gets the arguments, and spares are started up to
+        PRESTART_DEPTH at once (they import while this candidate runs)."""
+        env, key, me = self._keep(spec)
         line = json.dumps({"argv": list(spec.argv)}) + "\n"
         proc = None
         while self._spares and proc is None:
@@ -349,9 +367,12 @@ class LocalRuntime(Runtime):
         rt.state = self.state
         return rt
 
-    def interrupt(self) -> None:
+    def cancel(self) -> None:
         if self.current is not None:
             self.current.kill(KilledBy.KIT_INTERRUPT)
+
+    def interrupt(self) -> None:
+        self.cancel()
         for spare in list(self._spares):  # from any thread: kill only; the next hand-over or close reaps them
             self._discard(spare, wait=False)
 

@@ -7,6 +7,7 @@ runner shares (signals, saving after each unit, the loop over engines × precisi
 """
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from dataclasses import dataclass, field
@@ -117,6 +118,9 @@ class Runner(UnitRunner):
     speculate: bool = True
     _active: list[_Search] = field(default_factory=list)
     _cond: Any = None  # a Condition on _lock: a candidate ended, a cell started or ended
+    # Cells calibrating now: (serial, lane, calibration request), so idle lanes can warm their runtimes.
+    _calibrating: list[tuple[int, Lane, TrialRequest]] = field(default_factory=list)
+    _serial: Any = field(default_factory=itertools.count)
     # --slots: the lanes share one device; cells then run one at a time (each calibrates alone, its
     # search's candidates fill the slots), never two cells side by side.
     slot_plan: SlotPlan | None = None
@@ -197,22 +201,34 @@ class Runner(UnitRunner):
         def work(lane: Lane) -> None:
             # A free lane takes the next cell; with none left it joins a running cell (speculation),
             # and it ends when no cell is left to run or running.
+            warmed: set[int] = set()  # the calibrations this lane got ready for
             while not self._stop.is_set():
                 job = None
+                idle = False
                 with cond:
                     if todo and (self.slot_plan is None or not started[0]):
                         engine, precision = todo.pop(0)
                         started[0] += 1
                     elif todo and not self._active:  # a cell of the slots calibrates alone: wait
-                        cond.wait(0.2)
-                        continue
+                        idle = True
                     else:
                         job = self._joinable(lane)
                         if job is None:
                             if not started[0] or not self.speculate:
                                 return
+                            idle = True
+                    if idle:
+                        warm = [(n, req) for n, other, req in self._calibrating
+                                if other is not lane and other.budget == lane.budget and n not in warmed]
+                        if not warm:
                             cond.wait(0.2)
-                            continue
+                if idle:
+                    # While a cell calibrates alone, the lanes that will join its search get ready for its
+                    # candidates (--prestart: a process importing the framework), off the lock.
+                    for n, req in warm:
+                        warmed.add(n)
+                        lane.runtime.warm(req)
+                    continue
                 try:
                     if job is None:
                         try:
@@ -300,7 +316,15 @@ class Runner(UnitRunner):
         req = self._request(engine, precision, self.plan.calibration_batch, None)
         what = "calibration"
         self.view.candidate_started(engine.name, precision, req.batch, what)
-        out = self._candidate(lane, req)
+        mark = (next(self._serial), lane, req)
+        with self._condition():
+            self._calibrating.append(mark)  # idle lanes warm their runtimes for this cell meanwhile
+            self._cond.notify_all()
+        try:
+            out = self._candidate(lane, req)
+        finally:
+            with self._lock:
+                self._calibrating.remove(mark)
         self.view.candidate_done(engine.name, precision, out, what)
         with self._lock:
             self._record_versions(engine, out)
@@ -453,8 +477,9 @@ class Runner(UnitRunner):
 
     def _cancel_useless(self, job: _Search) -> None:
         """Kill the cell's running candidates the search can no longer use (under the lock), through
-        the lane runtime's interrupt (the Ctrl-C path: process group or container killed and
-        removed by the lane's own `run`); the lane records the cancellation and is free at once."""
+        the lane runtime's cancel (the Ctrl-C path for the candidate: process group or container killed
+        and removed by the lane's own `run`, what the lane keeps ready for its next candidate kept); the
+        lane records the cancellation and is free at once."""
         live = [r for r in job.runs if r.cancelled is None]
         if not live:
             return
@@ -463,7 +488,7 @@ class Runner(UnitRunner):
         for r in live:
             if r.batch in gone:
                 r.cancelled = "speculation: the search can no longer use this batch"
-                r.lane.runtime.interrupt()
+                r.lane.runtime.cancel()
 
     def _mark_path(self, job: _Search) -> None:
         """Record on each trial whether the sequential search's path uses it (under the lock)."""
