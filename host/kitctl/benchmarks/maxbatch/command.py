@@ -21,7 +21,8 @@ from ...run.config import Dataset, Device, GpuRequestName, Precision, RuntimeNam
 from ...cli.view import run_view
 from ...core.engines import ENGINES
 from .config import AUTO_ENGINES, DEFAULT_MAX_BATCH, GPU_DEFAULT_ENGINES, MaxbatchConfig, engines_for
-from .run import Lane, Runner, RunPlan, SlotPlan
+from .plan import Lane, RunPlan, SlotPlan
+from .run import Runner
 from .catalogue import print_catalogue, sizes
 from .table import all_have_capacity, print_table
 

@@ -11,10 +11,10 @@ import itertools
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ...core.artifact import utc_iso
-from ...core.budget import Budget, BudgetError, framework_budget, overhead_from
+from ...core.budget import BudgetError, framework_budget, overhead_from
 from ...core.engines import Engine
 from ...core.outcome import KilledBy, SearchStatus, Status, TrialOutcome
 from ...core.typed import from_json, to_json, updated
@@ -28,43 +28,8 @@ from ...core.signals import Interrupted  # noqa: F401  (re-exported: SIGINT/SIGT
 from ...run.runner import CANCELLED, UnitRunner, find_cell
 from ...runtimes.base import Runtime
 from .cells import cell_entries, cell_search, summary
+from .plan import Lane, RunPlan, SlotPlan
 from .results import NO_PEAKS, CellOverhead, LaneGpu, MaxbatchCell, MaxbatchTrial, SlotGate, SlotTime
-
-
-@dataclass
-class RunPlan:
-    engines: list[Engine]
-    precisions: list[str]
-    base_request: TrialRequest  # engine/mode/batch/precision filled per candidate
-    search: SearchConfig
-    strategy: str
-    timeout_s: float
-    budget: Budget | None  # None on --device cpu
-    calibration_batch: int = 16
-    watcher_factory: Callable[[float | None], Watcher] | None = None  # budget → watcher
-
-
-@dataclass
-class Lane:
-    """Where cells run: one GPU (its runtime, its sampler, its budget) or the CPU. With
-    `--gpus` each listed GPU is a lane and cells run side by side, one per lane at a time; each
-    cell calibrates on its lane, and every candidate records the lane's GPU."""
-
-    runtime: Runtime
-    budget: Budget | None
-    watcher_factory: Callable[[float | None], Watcher] | None
-    gpu: dict[str, Any] | None = None  # {"index", "uuid"}: recorded on each candidate
-    slot: int | None = None  # --slots: this lane's slot on the run's one device (recorded per candidate)
-
-
-@dataclass(frozen=True)
-class SlotPlan:
-    """--slots on one device: how many lanes share it, and on a GPU the per-slot gate (a watcher of the
-    candidate's own per-process memory against a threshold in MiB: core/slots.py). None on the CPU,
-    where each candidate runs under its own memory cap already."""
-
-    count: int
-    slot_watcher: Callable[[float], Watcher] | None = None
 
 
 class _Stopped(Exception):
