@@ -159,8 +159,8 @@ PRESTART_ENV = "KIT_PRESTART"
 # their allocator's environment from the candidate's arguments before importing, so they cannot start early.
 PRESTART_TRIALS = ("pytorch",)
 # Spares kept waiting per runtime (per slot). A PyTorch candidate's own work can take under 2 s while its import
-# takes 3-6 s on a busy 16-core host (H100, 4 slots): one spare started at the previous hand-over is still
-# importing when it is needed, so several are started ahead.
+# takes 6-10 s on a busy 16-core host (H100, 4 slots, results/reference/reports/h200-slots.md): one spare started
+# at the previous hand-over is still importing when it is needed, so several are started ahead.
 PRESTART_DEPTH = 3
 # Spares an idle slot starts before its first candidate (LocalRuntime.warm).
 WARM_DEPTH = 1
