@@ -102,8 +102,12 @@ def report(
                                  "its file, benchmark, state, GPU and figures, and the headline ratios."),
     csv: Optional[Path] = typer.Option(None, "--csv", help="Also write every result's figures (one row per result "
                                        "and cell) as CSV to this file."),
+    peers: Optional[List[Path]] = typer.Option(None, "--peers", help="A JSON of tools/peer_batch_finders.py "
+                                               "(Lightning's and accelerate's batch finders): shown beside the "
+                                               "max-batch cell it ran against. Repeatable."),
 ) -> None:
     """Markdown report of one or more results (printed; --out writes it); without files, the newest in results/."""
+    from ..reports.peers import load_peers, peers_section
     from ..reports.report import render
     from ..reports.sources import load_source
 
@@ -112,6 +116,7 @@ def report(
     _check_csv(csv)
     try:
         sources = [load_source(p) for p in results]
+        peer_files = [load_peers(p) for p in peers or []]
     except ArtifactError as exc:
         _fail(str(exc))
     if as_json or csv is not None:
@@ -139,6 +144,8 @@ def report(
     link_dir = out.parent if out is not None else Path(".")
     try:
         md = render(sources, files, link_dir)
+        if peer_files:
+            md += "\n" + "\n".join(peers_section(peer_files, sources)).rstrip() + "\n"
     except _RENDER_ERRORS as exc:
         _fail(f"cannot render {', '.join(str(p) for p in results)}: a value of an unexpected type or form "
               f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]})")
