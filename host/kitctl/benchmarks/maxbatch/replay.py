@@ -1,7 +1,7 @@
 """Replay a recorded max-batch search under another strategy (no GPU).
 
 The oracle is the artifact's own data: a batch the run tested answers its recorded last
-status and device-delta peak; a batch it never tested answers by the recorded boundary
+status and device-delta peak (a slots run's: its per-process peak + the cell's gate offset, what `guided` read); a batch it never tested answers by the recorded boundary
 (pass at or below max_batch, memory failure above), with a peak interpolated linearly
 between the nearest recorded passes (None outside them), and a compiled peak (the trial's
 `compiled_peak_mib`, for engines that report one: jax-xla) interpolated linearly between the
@@ -20,7 +20,7 @@ from ...core.outcome import Status
 from ...core.recorded import view
 from .search.protocol import Decision, SearchConfig
 from .search.strategies import run_search
-from .cells import cell_search, compiled_peak
+from .cells import cell_search, compiled_peak, slot_offset, trial_entry
 from .config import MaxbatchRecorded
 from .results import MaxbatchCell, MaxbatchTrial, cell_of, cells
 
@@ -43,10 +43,6 @@ class Replay:
         return self.answer == self.recorded
 
 
-def _peak(t: MaxbatchTrial) -> float | None:
-    return t.measured.device_delta_mib
-
-
 def _interp(points: list[tuple[int, float]], b: int) -> float | None:
     """The line through the recorded points either side of b (sorted by batch), None outside."""
     xs = [x for x, _ in points]
@@ -60,8 +56,9 @@ def _interp(points: list[tuple[int, float]], b: int) -> float | None:
 def oracle_of(cell: MaxbatchCell | dict[str, Any]):
     cell = cell_of(cell)
     last: dict[int, tuple[Status, float | None, float | None]] = {}
+    off = slot_offset(cell)  # a slots run's candidate: its per-process peak + the gate's offset, as guided read it
     for t in cell.trials:
-        last[t.batch] = (Status(t.status), _peak(t), compiled_peak(t))
+        last[t.batch] = (Status(t.status), trial_entry(t, off)[2], compiled_peak(t))
     passes = sorted((b, p) for b, (s, p, _) in last.items() if s is Status.OK and p is not None)
     # guided's own rule for which candidates carry a compiled peak (a pass or a memory failure)
     compiled = {b: cp for b, (_, cp) in compiled_points([(b, s, p, c) for b, (s, p, c) in last.items()]).items()}
