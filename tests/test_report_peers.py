@@ -3,6 +3,7 @@ read from committed files of one H100 call (the kit's artifact and the finders r
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -51,3 +52,11 @@ def test_a_file_that_is_not_the_finders_json_is_one_line(tmp_path):
         assert r.returncode == 2 and "Traceback" not in r.stderr
         assert says in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "r.md").exists()
+
+
+def test_a_fifo_given_as_peers_is_refused_not_waited_on(tmp_path):
+    fifo = tmp_path / "peers.json"
+    os.mkfifo(fifo)
+    r = kit("report", str(ART), "--peers", str(fifo), "--out", str(tmp_path / "r.md"))
+    assert r.returncode == 2 and "a FIFO, not a regular file" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "r.md").exists()

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from ..core.artifact import ArtifactError
+from ..core.fileio import NotRegularFile, read_regular
+from .compare import pct_change
+from .report import span_s
 from .sources import Source
 
 TOOL = "tools/peer_batch_finders.py"
@@ -49,8 +51,10 @@ def _how(name: str, f: dict[str, Any]) -> str:
 
 def load_peers(path: Path) -> Peers:
     """A peer finders' JSON, or one ArtifactError line."""
-    try:
-        doc = json.loads(Path(path).read_text())
+    try:  # read as result files are: a FIFO or a device is refused, not waited on
+        doc = json.loads(read_regular(Path(path)).decode("utf-8"))
+    except NotRegularFile as exc:
+        raise ArtifactError(f"--peers: {exc}") from None
     except OSError as exc:
         raise ArtifactError(f"--peers {path}: {exc.strerror or exc}") from None
     except ValueError:
@@ -71,20 +75,13 @@ def load_peers(path: Path) -> Peers:
                  Path(like).name if like else None, doc.get("utc"), tuple(finders))
 
 
-def _run_s(doc: dict[str, Any]) -> float | None:
-    try:
-        return (datetime.fromisoformat(doc["finished_utc"]) - datetime.fromisoformat(doc["created_utc"])).total_seconds()
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
 def _vs(answer: int | None, kit: int | None) -> str:
     if answer is None or not kit:
         return "—"
     if answer == kit:
         return "the same"
-    d = (answer - kit) / kit
-    return f"{abs(d):.1%} {'below' if d < 0 else 'above'}"
+    d = pct_change(kit, answer)
+    return f"{abs(d):.1f}% {'below' if d < 0 else 'above'}"
 
 
 def peers_section(peers: list[Peers], sources: list[Source], level: int = 2) -> list[str]:
@@ -102,7 +99,7 @@ def peers_section(peers: list[Peers], sources: list[Source], level: int = 2) -> 
                   + ("" if src else " (that artifact is not among this report's results: no kit row)") + ".", ""]
         lines += ["| tool | answer | against the kit's | wall time | how |", "| --- | ---: | --- | ---: | --- |"]
         if cell is not None:
-            run, search = _run_s(src.doc), cell.get("slots_wall_s")
+            run, search = span_s(src.doc.get("created_utc"), src.doc.get("finished_utc")), cell.get("slots_wall_s")
             wall = (f"{run:,.1f} s" if run is not None else "—") + (f" (search {search:,.1f} s)" if search else "")
             nxt = cell.get("next_batch")
             lines.append(f"| kitctl | **{kit:,}**" + (f" ({nxt:,} fails)" if isinstance(nxt, int) else "")

@@ -34,13 +34,21 @@ def _when(iso: str | None) -> str:
         return iso
 
 
-def _duration(a: str | None, b: str | None) -> str | None:
+def span_s(a: str | None, b: str | None) -> float | None:
+    """Seconds from ISO time a to b (an artifact's created_utc to finished_utc); None if either is missing or
+    unreadable, or b is before a."""
     try:
-        s = int((datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds())  # type: ignore[arg-type]
+        s = (datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds()  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return None
-    if s < 0:
+    return s if s >= 0 else None
+
+
+def _duration(a: str | None, b: str | None) -> str | None:
+    span = span_s(a, b)
+    if span is None:
         return None
+    s = int(span)
     h, rem = divmod(s, 3600)
     m, sec = divmod(rem, 60)
     return f"{h} h {m} min" if h else f"{m} min {sec} s" if m else f"{sec} s"

@@ -279,8 +279,10 @@ class LocalRuntime(Runtime):
         spec = self.spec(request)
         if not spec.prestart:
             return
-        env, key, me = self._keep(spec)
-        while len(self._spares) < WARM_DEPTH:
+        self._top_up(spec, *self._keep(spec), WARM_DEPTH)
+
+    def _top_up(self, spec: TrialSpec, env: dict[str, str], key: tuple, me: int, depth: int) -> None:
+        while len(self._spares) < depth:
             self._spares.append(_Spare(self._spawn(spec, env), key, me))
 
     def _hand_over(self, spec: TrialSpec) -> subprocess.Popen:
@@ -310,8 +312,7 @@ class LocalRuntime(Runtime):
                 pass
         proc.stdin = None  # closed: communicate() must not flush it
         self.state.remove(proc.pid)  # recorded again by execute, as the candidate
-        while len(self._spares) < PRESTART_DEPTH:
-            self._spares.append(_Spare(self._spawn(spec, env), key, me))
+        self._top_up(spec, env, key, me, PRESTART_DEPTH)
         return proc
 
     # ------------------------------------------------------------------ run
