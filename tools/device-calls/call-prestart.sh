@@ -9,6 +9,8 @@
 # After each cell its (max, next) pair runs again by a one-slot search without --prestart (VERIFY=0 skips).
 # 3. pytorch-eager bf16 the same way, against the one-slot pair under today's cap (17,024/17,025,
 #    results/reference/maxbatch-resnet50-synthetic-20261204T135243Z.json).
+# PRESTART_BY (fork, the default, or spares) is passed as --prestart-by. SPARES_AB=1 then runs step 1 once more with
+# --prestart-by spares, the same card, for the comparison of the two ways (when time is left).
 # BF16=0 skips step 3. Every artifact is copied to $OUT as soon as its step ends (a call cut short keeps what finished).
 set -u
 LIMIT=${CALL_LIMIT_S:-560}
@@ -18,7 +20,8 @@ summary() {  # the answer against the reference, slots, wall time, per-candidate
 python3 - "$1" "$2" "$3" <<'EOF'
 import json, statistics as st, sys
 doc = json.load(open(sys.argv[1])); want = (int(sys.argv[2]), int(sys.argv[3]))
-print("slots:", doc.get("slots"), "prestart:", doc["configuration"].get("prestart"))
+print("slots:", doc.get("slots"), "prestart:", doc["configuration"].get("prestart"),
+      doc["configuration"].get("prestart_by"))
 for c in doc["results"]:
     got = (c["max_batch"], c["next_batch"])
     print(f"{c['engine']} {c['precision']}: {got} (reference {want}: {'SAME' if got == want else 'DIFFERENT'}); "
@@ -32,12 +35,12 @@ for c in doc["results"]:
         print("  prestart medians:", {k: round(st.median([p[k] for p in pre]), 3) for k in pre[0]})
 EOF
 }
-run_cell() {  # precision, reference max, reference next
-  prec=$1
-  say "pytorch-eager $1 at 16,376 MiB, --slots auto --prestart (left $(left) s); used $(gpu_used) MiB"
+run_cell() {  # precision, reference max, reference next[, prestart-by]
+  prec=$1 by=${4:-${PRESTART_BY:-fork}}
+  say "pytorch-eager $1 at 16,376 MiB, --slots auto --prestart --prestart-by $by (left $(left) s); used $(gpu_used) MiB"
   local t0=$SECONDS
   timeout -s INT $(( $(left) - 10 )) tools/device-kitctl.sh run maxbatch --runtime local --engines pytorch-eager \
-    --precision "$1" --vram-limit 16376 --timeout 120 --slots auto --prestart 2>&1 | grep -v '…$'
+    --precision "$1" --vram-limit 16376 --timeout 120 --slots auto --prestart --prestart-by "$by" 2>&1 | grep -v '…$'
   echo "rc=${PIPESTATUS[0]}"
   say "took $(( SECONDS - t0 )) s"
   final="$(ls -t results/maxbatch-*.json 2>/dev/null | grep -v partial | head -1)"
@@ -64,5 +67,6 @@ if [ -n "$fp32_art" ] && (( $(left) > 80 )); then
     --precision fp32 --lightning-max-val 65536 --lightning-margin 0 --out "$OUT/peers-fp32-max65536-margin0.json" | tail -4
 fi
 [ "${BF16:-1}" = 1 ] && (( $(left) > 100 )) && run_cell bf16 17024 17025
+[ "${SPARES_AB:-0}" = 1 ] && (( $(left) > 90 )) && run_cell fp32 8832 8833 spares
 ls -t ~/.kitctl 2>/dev/null | head -2
 say "used $(gpu_used) MiB; $SECONDS s"

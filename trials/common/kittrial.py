@@ -16,6 +16,8 @@ import math
 import os
 import pickle
 import platform
+import signal
+import socket
 import sys
 import time
 import traceback
@@ -474,7 +476,8 @@ def is_oom(exc: BaseException, oom_types: tuple = (MemoryError,),
 #           until GROW_CAP_MIB, then sleep forever: a candidate whose memory keeps rising until
 #           the host kills it (the VRAM gate's end-to-end tests key a stand-in NVML to its RSS)
 FAULT_ENV = "KIT_TRIAL_FAULT"
-# Set by the host's local runtime (--prestart): read the arguments from stdin after preloading (_prestart).
+# Set by the host's local runtime (--prestart): "1", read the arguments from stdin after preloading (_prestart);
+# "fork", serve candidates on the socket that is stdin, forking one process per candidate (_serve).
 PRESTART_ENV = "KIT_PRESTART"
 FAULTS = ("hang", "crash", "garbage", "nan", "grow")
 GROW_STEP_MIB = 16
@@ -571,6 +574,82 @@ def _prestart(preload: Callable[[], None] | None) -> tuple[list[str], dict] | No
                                     "waited_s": round(waited, 4)}
 
 
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with(parent: int) -> None:
+    """A forked candidate is killed when its fork server dies (the server dies with the host: its own
+    parent-death signal, set by the host before exec); if the server is already gone, now."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _serve(preload: Callable[[], None] | None) -> tuple[list[str], dict] | None:
+    """A fork server (PRESTART_ENV=fork; the host's --prestart on a GPU): import the framework once (`preload`,
+    which must not touch the device), then for each request on the SOCK_SEQPACKET socket that is stdin — one
+    JSON message {"argv": [...]} carrying the candidate's stdout and stderr as two file descriptors — fork one
+    process for it, tell the host its pid ({"pid": N}), wait for it and tell its exit code ({"exit": N}, negative
+    for a signal, as Popen's returncode). One candidate at a time: a slot runs one. The forked process returns
+    (argv, what the prestart took) and runs as a trial; the server returns None when the host closes the socket.
+    Each candidate is still fresh where it matters: the server never initialises the device (CUDA is first
+    touched in the child), and no candidate runs in the server or in another candidate's process."""
+    started = process_age_s()
+    t0 = time.perf_counter()
+    if preload is not None:
+        try:
+            preload()
+        except Exception:  # noqa: BLE001 - the body's own import raises it again, into a result line
+            pass
+    imported = round(time.perf_counter() - t0, 4)
+    server = os.getpid()
+    sock = socket.socket(fileno=os.dup(0))
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)  # the candidates' stdin: nothing
+    os.close(null)
+    while True:
+        t1 = time.perf_counter()
+        try:
+            msg, fds, _, _ = socket.recv_fds(sock, 1 << 16, 2)
+        except OSError:
+            return None
+        if not msg or len(fds) != 2:
+            for fd in fds:
+                os.close(fd)
+            return None
+        waited = round(time.perf_counter() - t1, 4)
+        argv = [str(a) for a in json.loads(msg)["argv"]]
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            sock.close()
+            os.setpgid(0, 0)  # its own process group: the host kills the candidate and what it started
+            os.dup2(fds[0], 1)
+            os.dup2(fds[1], 2)
+            for fd in fds:
+                os.close(fd)
+            _die_with(server)
+            return argv, {"startup_s": started, "import_s": imported, "waited_s": waited, "forked": True}
+        for fd in fds:
+            os.close(fd)
+        try:
+            os.setpgid(pid, pid)  # also here: the host may signal the group before the child ran
+        except OSError:
+            pass
+        try:
+            sock.send(json.dumps({"pid": pid}).encode())
+            _, status = os.waitpid(pid, 0)
+            sock.send(json.dumps({"exit": os.waitstatus_to_exitcode(status)}).encode())
+        except OSError:  # the host is gone or closed the socket: the candidate dies with this server
+            return None
+
+
 def run(argv: list[str] | None, modes: list[str], engine_of: Callable[[str], str],
         body: Callable[[argparse.Namespace, dict], None],
         classify: Callable[[BaseException], str],
@@ -583,10 +662,10 @@ def run(argv: list[str] | None, modes: list[str], engine_of: Callable[[str], str
     prestarted trial imports before its arguments come (_prestart).
     """
     prestarted = None
-    if os.environ.get(PRESTART_ENV) == "1":
-        prestarted = _prestart(preload)
+    if os.environ.get(PRESTART_ENV) in ("1", "fork"):
+        prestarted = (_serve if os.environ[PRESTART_ENV] == "fork" else _prestart)(preload)
         if prestarted is None:
-            return 0  # stdin closed before any arguments came: the host no longer needs this spare
+            return 0  # stdin closed before any (more) arguments came: the host no longer needs this process
         argv, prestarted = prestarted
     parser = build_parser(modes)
     try:

@@ -22,6 +22,7 @@ from ..core.engines import ENGINES
 from ..core.paths import native_build_info, native_trial, trial_script
 from ..core.protocol import TrialRequest
 from ..core.watch import Watcher
+from . import forkserver
 from .base import RawRun, Runtime, RuntimeUnavailable, Stopwatch
 from .processes import group_members
 from .runstate import RunState
@@ -153,7 +154,8 @@ def check_python(engines, python: str, given: bool = True) -> None:
                                  "install them there, or pass another --python")
 
 
-# --prestart: the trial reads its arguments from stdin after importing its framework (trials/common/kittrial.py).
+# --prestart: the trial reads its arguments from stdin after importing its framework, or serves candidates by
+# forking (trials/common/kittrial.py).
 PRESTART_ENV = "KIT_PRESTART"
 # The trials whose framework import touches no device (kittrial.run's preload): the JAX and TensorFlow trials set
 # their allocator's environment from the candidate's arguments before importing, so they cannot start early.
@@ -180,7 +182,7 @@ class LocalRuntime(Runtime):
 
     def __init__(self, *, gpu_uuid: str | None = None, python: str | None = None,
                  memory_limit_mib: int | None = None, env: dict[str, str] | None = None,
-                 run_id: str | None = None, prestart: bool = False) -> None:
+                 run_id: str | None = None, prestart: bool = False, prestart_by: str = "fork") -> None:
         self.gpu_uuid = gpu_uuid
         self.python = python or sys.executable
         self.memory_limit_mib = memory_limit_mib
@@ -191,7 +193,9 @@ class LocalRuntime(Runtime):
         # framework (PRESTART_DEPTH spares per runtime, i.e. per slot, oldest first); one gets its arguments
         # when the search asks.
         self.prestart = prestart
+        self.prestart_by = prestart_by  # "fork": a fork server per slot where no memory cap applies; "spares"
         self._spares: list[_Spare] = []
+        self._server: forkserver.Server | None = None  # prestart_by "fork": this slot's fork server
 
     def _env(self, spec: TrialSpec) -> dict[str, str]:
         env = dict(os.environ)
@@ -261,8 +265,8 @@ class LocalRuntime(Runtime):
             self.state.remove(spare.proc.pid)
 
     def _keep(self, spec: TrialSpec) -> tuple[dict[str, str], tuple, int]:
-        """The environment and key of `spec`'s candidates on this thread; spares started for another are
-        killed."""
+        """The environment and key of `spec`'s candidates on this thread; spares and a fork server started for
+        another are killed."""
         env = self._env(spec)
         key = (spec.program, tuple(sorted(env.items())), spec.memory_limit_mib, spec.cpus)
         me = threading.get_ident()
@@ -271,7 +275,35 @@ class LocalRuntime(Runtime):
             if x not in keep:
                 self._discard(x)
         self._spares = keep
+        if self._server is not None and (self._server.key != key or self._server.thread != me
+                                         or not self._server.alive()):
+            self._stop_server()
         return env, key, me
+
+    def _forks(self, spec: TrialSpec) -> bool:
+        """A fork server starts this candidate: asked for, and no memory cap (see runtimes/forkserver.py)."""
+        return (spec.prestart and self.prestart_by == "fork" and spec.memory_limit_mib is None
+                and forkserver.available())
+
+    def _serving(self, spec: TrialSpec, env: dict[str, str], key: tuple, me: int) -> forkserver.Server:
+        if self._server is None:
+            proc, sock = forkserver.spawn(list(spec.program), {**env, PRESTART_ENV: forkserver.FORK},
+                                          _preexec(spec.memory_limit_mib, spec.cpus))
+            self._server = forkserver.Server(proc, sock, key, me)
+            r = spec.record
+            self.state.add(proc.pid, proc.pid, engine=r.engine, precision=r.precision, batch=0,
+                           what="fork server: imports the framework once, forks each candidate")
+        return self._server
+
+    def _stop_server(self, wait: bool = True) -> None:
+        server = self._server
+        if server is None:
+            return
+        if wait:
+            self._server = None
+        server.stop(wait)
+        if wait:
+            self.state.remove(server.proc.pid)
 
     def warm(self, request: TrialRequest) -> None:
         """--prestart: while a cell calibrates alone, an idle slot starts WARM_DEPTH spares for its candidates
@@ -279,18 +311,28 @@ class LocalRuntime(Runtime):
         spec = self.spec(request)
         if not spec.prestart:
             return
+        if self._forks(spec):
+            self._serving(spec, *self._keep(spec))  # its import starts now
+            return
         self._top_up(spec, *self._keep(spec), WARM_DEPTH)
 
     def _top_up(self, spec: TrialSpec, env: dict[str, str], key: tuple, me: int, depth: int) -> None:
         while len(self._spares) < depth:
             self._spares.append(_Spare(self._spawn(spec, env), key, me))
 
-    def _hand_over(self, spec: TrialSpec) -> subprocess.Popen:
-        """The candidate's process: the oldest waiting spare started for this program, environment and limits on
-        this thread that is still alive, else a new one; it gets the arguments, and spares are started up to
+    def _hand_over(self, spec: TrialSpec, timeout_s: float) -> subprocess.Popen | forkserver.Forked:
+        """The candidate's process. By a fork server: forked by this slot's server (started now if it is not
+        running). By spares: the oldest waiting spare started for this program, environment and limits on this
+        thread that is still alive, else a new one; it gets the arguments, and spares are started up to
         PRESTART_DEPTH at once (they import while this candidate runs)."""
         env, key, me = self._keep(spec)
         line = json.dumps({"argv": list(spec.argv)}) + "\n"
+        if self._forks(spec):
+            forked = forkserver.fork(self._serving(spec, env, key, me), list(spec.argv), timeout_s)
+            if forked is not None:
+                return forked
+            self._stop_server()  # it could not serve (died, or no answer in the candidate's time)
+            return self._given(self._spawn(spec, env), line)  # a fresh process, as a spare without a head start
         proc = None
         while self._spares and proc is None:
             spare = self._spares.pop(0)
@@ -303,8 +345,13 @@ class LocalRuntime(Runtime):
                 except OSError:  # it died since the poll
                     pass
             self._discard(spare)
-        if proc is None:
-            proc = self._spawn(spec, env)
+        proc = self._given(proc or self._spawn(spec, env), line)
+        self._top_up(spec, env, key, me, PRESTART_DEPTH)
+        return proc
+
+    def _given(self, proc: subprocess.Popen, line: str) -> subprocess.Popen:
+        """`proc`, a started trial waiting on stdin, given its arguments (a spare taken above already has them)."""
+        if proc.stdin is not None and not proc.stdin.closed:
             try:
                 proc.stdin.write(line)
                 proc.stdin.close()
@@ -312,7 +359,6 @@ class LocalRuntime(Runtime):
                 pass
         proc.stdin = None  # closed: communicate() must not flush it
         self.state.remove(proc.pid)  # recorded again by execute, as the candidate
-        self._top_up(spec, env, key, me, PRESTART_DEPTH)
         return proc
 
     # ------------------------------------------------------------------ run
@@ -322,8 +368,10 @@ class LocalRuntime(Runtime):
             watcher.prepare()
         clock = Stopwatch()
         if spec.prestart:
-            proc = self._hand_over(spec)
-            clock = Stopwatch()  # the candidate starts when it has its arguments
+            proc = self._hand_over(spec, timeout_s)
+            if not isinstance(proc, forkserver.Forked):
+                clock = Stopwatch()  # a spare's candidate starts when it has its arguments (an import left: in it)
+            # a forked one's, when it was asked for (the first of a slot waits there for the server's import)
         else:
             proc = subprocess.Popen(
                 spec.local_command(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
@@ -338,7 +386,7 @@ class LocalRuntime(Runtime):
             if watcher is not None:
                 watcher.start(group)
             try:
-                stdout, stderr = proc.communicate(timeout=timeout_s)
+                stdout, stderr = proc.communicate(timeout=max(0.0, timeout_s - clock.elapsed))
             except subprocess.TimeoutExpired:
                 group.kill(KilledBy.KIT_DEADLINE)
                 stdout, stderr = proc.communicate()
@@ -364,7 +412,8 @@ class LocalRuntime(Runtime):
         """A second slot: its own running candidate, the same run-state file (one per controller
         process: the copies must not overwrite each other's records)."""
         rt = LocalRuntime(gpu_uuid=self.gpu_uuid, python=self.python, memory_limit_mib=self.memory_limit_mib,
-                          env=self.extra_env, run_id=self.state.run_id, prestart=self.prestart)
+                          env=self.extra_env, run_id=self.state.run_id, prestart=self.prestart,
+                          prestart_by=self.prestart_by)
         rt.state = self.state
         return rt
 
@@ -376,11 +425,13 @@ class LocalRuntime(Runtime):
         self.cancel()
         for spare in list(self._spares):  # from any thread: kill only; the next hand-over or close reaps them
             self._discard(spare, wait=False)
+        self._stop_server(wait=False)
 
     def close(self) -> None:
         spares, self._spares = self._spares, []
         for spare in spares:
             self._discard(spare)
+        self._stop_server()
         self.state.close()
 
     def describe(self, engine: str) -> dict[str, Any]:

@@ -80,6 +80,10 @@ def maxbatch(
                             help="Local runtime, PyTorch engines: while a candidate runs, the next one's process "
                             "starts and imports its framework, then waits for its batch (a fresh process per "
                             "candidate still, no device touched before); saves the import per candidate."),
+    prestart_by: str = Option("fork", "--prestart-by",
+                              help="With --prestart: fork (one process per slot imports the framework once, then "
+                              "forks each candidate before any device call; spares where a memory cap applies) "
+                              "or spares (whole processes started ahead, each importing)."),
 ) -> None:
     """Largest training batch that completes one ResNet-50 step, per engine and precision."""
     flags = dict(locals())  # the parameters, for each run of a catalogue
@@ -131,7 +135,7 @@ def _one_run(ctx: Context, console: ResultOutput, limit: VramLimit | None, catal
                                         f.data_dir, f.cudnn_benchmark, choice.memory_limit_mib,
                                         f.calibration_batch, f.strategy, gpu, f.gpu_request.value, gpus, cluster,
                                         gpu_model, f.speculate, image_size=f.image_size, slots=f.slots,
-                                        prestart=f.prestart)
+                                        prestart=f.prestart, prestart_by=f.prestart_by)
         return cfg.with_run(replace(cfg.run, device_choice=choice))
 
     s = session.start(MaxbatchConfig, given_flags(ctx), f.resume, f.timeout, gpu, f.results_dir, python,
@@ -157,7 +161,7 @@ def _one_run(ctx: Context, console: ResultOutput, limit: VramLimit | None, catal
             raise fail(Fail(f"--prestart starts the next candidate's process early on the local runtime; this "
                             f"run uses {'a Ray cluster' if cfg.cluster else s.rt.name} (use --runtime local)"))
         for rt in rts:
-            rt.prestart = True
+            rt.prestart, rt.prestart_by = True, cfg.prestart_by
     if limit is not None and limit.card is not None:
         s.doc["vram_card"] = limit.card.to_json()
     if catalogue:

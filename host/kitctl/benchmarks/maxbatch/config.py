@@ -26,6 +26,10 @@ CPU_LEFT_OUT_NOTE = ("engines: pytorch-eager (auto, on the CPU); pytorch-compile
                      "add it with --engines pytorch-eager,pytorch-compile")
 
 
+# --prestart-by: a fork server per slot (where no memory cap applies; else spares), or spares only.
+PRESTART_BY = ("fork", "spares")
+
+
 @dataclass(frozen=True)
 class EngineChoice:
     """The engines a new run uses and, when `--engines auto` left one out, the line that says so."""
@@ -92,6 +96,9 @@ class MaxbatchConfig:
     # --prestart (local runtime, PyTorch trials): the next candidate's process starts and imports its framework
     # while the current one runs (runtimes/local.py). Written only when on, as slots.
     prestart: bool = False
+    # How (PRESTART_BY): "fork", a fork server per slot that imports once and forks each candidate (runtimes/forkserver.py), or
+    # "spares", whole processes started ahead. Written with prestart; a run recorded before the choice used spares.
+    prestart_by: str = "fork"
 
     BENCHMARK: ClassVar[str] = "maxbatch"  # `kitctl run maxbatch`, the artifact's "benchmark"
     TITLE: ClassVar[str] = "Max batch"  # in headings
@@ -100,7 +107,8 @@ class MaxbatchConfig:
                                                         "gpus": STR + (type(None),),
                                                         "cluster": STR + (type(None),),
                                                         "gpu_model": STR + (type(None),),
-                                                        "speculate": BOOL, "slots": STR, "prestart": BOOL}
+                                                        "speculate": BOOL, "slots": STR, "prestart": BOOL,
+                                                        "prestart_by": STR}
     # The recorded settings a resume must find exactly as a run with them would write them.
     SETTINGS: ClassVar[tuple[str, ...]] = (*COMMON_KEYS, *OWN_KEYS, "seed", "ci_level", "image_size")
 
@@ -112,7 +120,7 @@ class MaxbatchConfig:
                    gpu_request: str | None = None, gpus: str | None = None, cluster: str | None = None,
                    gpu_model: str | None = None, speculate: bool = True,
                    image_size: int = DEFAULT_IMAGE_SIZE, slots: str = "1",
-                   prestart: bool = False) -> MaxbatchConfig:
+                   prestart: bool = False, prestart_by: str = "fork") -> MaxbatchConfig:
         names = engine_names(engines)
         if cluster is not None:
             from ...runtimes.ray import check_form
@@ -146,11 +154,13 @@ class MaxbatchConfig:
                      ("--calibration-batch", calibration_batch))
         run = RunConfig.from_flags(names, precision, device, gpu, vram_limit, reserve, timeout, runtime, dataset,
                                    data_dir, cudnn_benchmark, memory_limit, gpu_request, image_size=image_size)
+        if prestart_by not in PRESTART_BY:
+            raise Fail(f"--prestart-by takes {' or '.join(PRESTART_BY)} (got {prestart_by!r})")
         if prestart and runtime == "docker":
             raise Fail("--prestart starts the next candidate's process early on the local runtime; Docker starts "
                        "a fresh container per candidate (use --runtime local)")
         return cls(run, start_batch, max_batch, calibration_batch, strategy, gpus, cluster, gpu_model, speculate,
-                   slots, bool(prestart))
+                   slots, bool(prestart), prestart_by)
 
     @classmethod
     def from_json(cls, recorded: dict[str, Any]) -> MaxbatchConfig:
@@ -159,13 +169,13 @@ class MaxbatchConfig:
         # Partials from before --speculate: the default (their trials are all on the path).
         # Partials from before --slots (and runs with one slot, which do not write the key): one slot.
         recorded = {"gpus": None, "cluster": None, "gpu_model": None, "speculate": True, "slots": "1",
-                    "prestart": False, **recorded}
+                    "prestart": False, "prestart_by": "spares", **recorded}
         flags = RunConfig.flags_of_json(recorded, cls.OWN_KEYS)
         return cls.from_flags(start_batch=recorded["start_batch"], max_batch=recorded["max_batch"],
                               calibration_batch=recorded["calibration_batch"], strategy=recorded["strategy"],
                               gpus=recorded["gpus"], cluster=recorded["cluster"], gpu_model=recorded["gpu_model"],
                               speculate=recorded["speculate"], slots=recorded["slots"],
-                              prestart=recorded["prestart"],
+                              prestart=recorded["prestart"], prestart_by=recorded["prestart_by"],
                               **flags)
 
     def to_json(self) -> dict[str, Any]:
@@ -173,7 +183,7 @@ class MaxbatchConfig:
                 "calibration_batch": self.calibration_batch, "strategy": self.strategy, "gpus": self.gpus,
                 "cluster": self.cluster, "gpu_model": self.gpu_model, "speculate": self.speculate,
                 **({"slots": self.slots} if self.slots != "1" else {}),
-                **({"prestart": True} if self.prestart else {}),
+                **({"prestart": True, "prestart_by": self.prestart_by} if self.prestart else {}),
                 "steps": "one warm-up step, one measured step", **self.run.json_tail()}
 
     def with_run(self, run: RunConfig) -> MaxbatchConfig:

@@ -148,7 +148,10 @@ def candidate_time(cell: MaxbatchCell | dict[str, Any]) -> str | None:
     if early:
         got = [(k, label) for k, label in (("startup_s", "start-up"), ("import_s", "import"))
                if all(isinstance(p.get(k), (int, float)) for p in early)]
-        ahead = (f"; {len(early)} prestarted, ahead of the candidate (medians, s: "
+        forked = sum(1 for p in early if p.get("forked") is True)
+        how = ", ".join(x for x in (f"{forked} forked by a fork server (one import per slot)" if forked else "",
+                                      f"{len(early) - forked} prestarted" if len(early) > forked else "") if x)
+        ahead = (f"; {how}, ahead of the candidate (medians, s: "
                  + ", ".join(f"{label} {median([p[k] for p in early]):,.1f}" for k, label in got) + ")")
     return (f"{engine_label(cell.engine)} {cell.precision}: {wall:,.1f} s per candidate "
             f"({len(timed)} candidates; medians, s: {', '.join(parts)}){ahead}")
