@@ -80,10 +80,12 @@ def test_forked_candidates_match_fresh_ones_and_import_once(rt, tmp_path):
         assert r.result["phases"]["import_s"] < 0.05 and r.result["phases"]["build_optimizer_s"] < 0.05
 
 
-def test_cancel_kills_the_candidate_and_the_server_serves_the_next(rt):
+def long_then_short(rt) -> tuple[threading.Thread, list, list]:
+    """One slot's thread (a server belongs to the thread that started it): a long candidate, then a short one;
+    returned once the long one runs. Their outcomes and the slot's server after each are collected."""
     out, servers = [], []
 
-    def slot():  # one slot's thread (a server belongs to the thread that started it): cancelled, then the next
+    def slot():
         out.append(rt.run(replace(_request(2), steps=100_000), timeout_s=300))
         servers.append(rt._server)
         out.append(rt.run(_request(2), timeout_s=180))
@@ -94,6 +96,11 @@ def test_cancel_kills_the_candidate_and_the_server_serves_the_next(rt):
     while rt.current is None and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(1.0)
+    return t, out, servers
+
+
+def test_cancel_kills_the_candidate_and_the_server_serves_the_next(rt):
+    t, out, servers = long_then_short(rt)
     server = rt._server
     victim = rt.current.proc.pid
     assert victim != server.proc.pid
@@ -114,19 +121,7 @@ def test_the_deadline_kills_a_hung_forked_candidate(rt):
 
 
 def test_a_killed_server_takes_its_candidate_and_is_replaced(rt):
-    out, servers = [], []
-
-    def slot():
-        out.append(rt.run(replace(_request(2), steps=100_000), timeout_s=300))
-        servers.append(rt._server)
-        out.append(rt.run(_request(2), timeout_s=180))
-        servers.append(rt._server)
-    t = threading.Thread(target=slot)
-    t.start()
-    deadline = time.monotonic() + 120
-    while rt.current is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.5)
+    t, out, servers = long_then_short(rt)
     first, victim = rt._server, rt.current.proc.pid
     os.kill(first.proc.pid, signal.SIGKILL)  # the server dies: its candidate's parent-death signal fires
     t.join(180)

@@ -388,6 +388,47 @@ def test_idle_slots_warm_their_runtime_for_the_calibrating_cell(tmp_path):
     assert answers(doc) == answers(one)
 
 
+class Contended(Slotted):
+    """Slotted, where a candidate at batch `slow` or more passes its deadline (status timeout) whenever another
+    candidate ran at any time beside it, and ends as scripted alone: jax-xla with 4 slots on an H100, whose
+    candidates near the boundary took over 150 s side by side against 47-60 s alone
+    (results/reference/logs/h100-slots-jax-20261207.log)."""
+
+    slow = 150
+    lock = threading.Lock()
+    live: dict[object, bool] = {}  # running candidates: whether another ran beside it
+
+    def run(self, request, *, timeout_s, watcher=None):
+        me = object()
+        with Contended.lock:
+            for k in Contended.live:
+                Contended.live[k] = True
+            Contended.live[me] = bool(Contended.live)
+        out = super().run(request, timeout_s=timeout_s, watcher=watcher)
+        with Contended.lock:
+            beside = Contended.live.pop(me)
+        if beside and request.batch >= Contended.slow and request.batch != 16:
+            return TrialOutcome(batch=request.batch, status=Status.TIMEOUT, exit_code=None, runtime=self.name,
+                                killed_by=KilledBy.KIT_DEADLINE, error="deadline passed; killed by the kit",
+                                peaks=out.peaks)
+        return out
+
+
+def test_a_retry_runs_alone_so_a_deadline_passed_beside_others_is_judged_as_one_slot_would(tmp_path):
+    cfg = config("protocol")
+    one = slot_runner(tmp_path / "one", cfg, [Slotted(PASSES["monotone"], delay=0.02)]).run()
+    Slotted.log = []
+    many = slot_runner(tmp_path / "k", cfg, [Contended(PASSES["monotone"], delay=0.05) for _ in range(4)]).run()
+    assert answers(many) == answers(one)  # without running the retries alone: "timeout then timeout", no answer
+    [ck] = many["results"]
+    runs = ck["trials"] + ck.get("cancelled", [])
+    retries = [t for t in ck["trials"] if t["attempt"] > 1]
+    assert retries and all(t["status"] != "timeout" for t in retries)
+    for r in retries:  # nothing else ran while it did
+        a, b = r["slot"]["started_unix_s"], r["slot"]["ended_unix_s"]
+        assert all(t["slot"]["ended_unix_s"] <= a or t["slot"]["started_unix_s"] >= b for t in runs if t is not r)
+
+
 class SlotWatched(Slotted):
     """Slotted, as a GPU with slots reports it: a candidate under the per-slot gate (watcher from the
     slot plan) has its own per-process memory and no device delta."""

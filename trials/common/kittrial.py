@@ -551,12 +551,9 @@ def phase(result: dict, name: str):
         result.setdefault("phases", {})[f"{name}_s"] = round(time.perf_counter() - t0, 4)
 
 
-def _prestart(preload: Callable[[], None] | None) -> tuple[list[str], dict] | None:
-    """A prestarted trial (PRESTART_ENV=1; the host's --prestart): start the interpreter and import the
-    framework (`preload`, which must not touch the device) before the candidate is known, then wait for its
-    arguments, one JSON line {"argv": [...]} on stdin. Returns (argv, what the prestart took), or None when stdin
-    ends first (the host closed an unused spare). The process is still fresh for the candidate: nothing of
-    the device has been initialised and no other candidate ran in it."""
+def _preloaded(preload: Callable[[], None] | None) -> tuple[float | None, float]:
+    """Import the framework ahead of the candidate (`preload`, which must not touch the device): the process's
+    age before it and the seconds it took."""
     started = process_age_s()
     t0 = time.perf_counter()
     if preload is not None:
@@ -564,13 +561,23 @@ def _prestart(preload: Callable[[], None] | None) -> tuple[list[str], dict] | No
             preload()
         except Exception:  # noqa: BLE001 - the body's own import raises it again, into a result line
             pass
+    return started, round(time.perf_counter() - t0, 4)
+
+
+def _prestart(preload: Callable[[], None] | None) -> tuple[list[str], dict] | None:
+    """A prestarted trial (PRESTART_ENV=1; the host's --prestart): start the interpreter and import the
+    framework (`preload`, which must not touch the device) before the candidate is known, then wait for its
+    arguments, one JSON line {"argv": [...]} on stdin. Returns (argv, what the prestart took), or None when stdin
+    ends first (the host closed an unused spare). The process is still fresh for the candidate: nothing of
+    the device has been initialised and no other candidate ran in it."""
+    started, imported = _preloaded(preload)
     t1 = time.perf_counter()
     line = sys.stdin.readline()
     waited = time.perf_counter() - t1
     if not line.strip():
         return None
     argv = json.loads(line)["argv"]
-    return [str(a) for a in argv], {"startup_s": started, "import_s": round(t1 - t0, 4),
+    return [str(a) for a in argv], {"startup_s": started, "import_s": imported,
                                     "waited_s": round(waited, 4)}
 
 
@@ -599,14 +606,7 @@ def _serve(preload: Callable[[], None] | None) -> tuple[list[str], dict] | None:
     (argv, what the prestart took) and runs as a trial; the server returns None when the host closes the socket.
     Each candidate is still fresh where it matters: the server never initialises the device (CUDA is first
     touched in the child), and no candidate runs in the server or in another candidate's process."""
-    started = process_age_s()
-    t0 = time.perf_counter()
-    if preload is not None:
-        try:
-            preload()
-        except Exception:  # noqa: BLE001 - the body's own import raises it again, into a result line
-            pass
-    imported = round(time.perf_counter() - t0, 4)
+    started, imported = _preloaded(preload)
     server = os.getpid()
     sock = socket.socket(fileno=os.dup(0))
     null = os.open(os.devnull, os.O_RDONLY)

@@ -61,6 +61,8 @@ class _Search:
     # None where the cell runs one candidate at a time (device-delta gate). Always None on the CPU.
     slot_threshold: float | None = None
     shares_slots: bool = True  # other slots may run candidates of it
+    # --slots: the lane whose retry waits for, then runs, the device alone (no other candidate starts meanwhile)
+    alone: Lane | None = None
 
     @property
     def running(self) -> list[int]:
@@ -383,10 +385,16 @@ class Runner(UnitRunner):
             with cond:
                 if self._stop.is_set():
                     raise _Stopped()
+                if job.alone not in (None, lane):  # another lane's retry runs alone: start nothing
+                    if not owner:
+                        return False
+                    cond.wait(0.2)
+                    continue
                 trials = cell_entries(job.cell)
                 r = replay(decide, trials, job.search)
                 pick = [] if r.decision.done else candidates(decide, trials, job.search, 1, job.running)
                 if not pick:
+                    job.alone = None if job.alone is lane else job.alone
                     if not owner:
                         return False
                     if r.decision.done and not job.runs:  # cancelled ones recorded too
@@ -399,13 +407,18 @@ class Runner(UnitRunner):
                 batch = pick[0]
                 attempt = 1 + sum(1 for t in trials if t[0] == batch) + job.running.count(batch)
                 what = "retry" if attempt > 1 else "search" if batch == r.decision.batch else "speculative"
+                # --slots: a retry (its first attempt failed for no memory reason, e.g. a deadline passed beside
+                # other candidates) runs alone on the device, under the one-slot search's conditions.
+                job.alone = lane if self.slot_plan is not None and attempt > 1 else None
+                if job.alone is lane and job.runs:
+                    cond.wait(0.2)  # the others end (or are cancelled) first; none starts meanwhile
+                    continue
                 run = _Run(batch, lane)
                 job.runs.append(run)
             try:
                 req = self._request(engine, precision, batch, job.fw_budget)
                 self.view.candidate_started(engine.name, precision, batch, what)
-                # A cancel that lands before the runtime holds the process kills nothing: the candidate
-                # then ends by itself and is recorded as the measurement it is.
+                # A cancel before the runtime holds the process kills nothing: the candidate ends as measured.
                 t0 = time.time()
                 out = self._candidate(lane, req, job)
                 out.attempt = attempt
@@ -414,8 +427,7 @@ class Runner(UnitRunner):
                     killed = "; killed by the kit" if out.killed_by is KilledBy.KIT_VRAM_GATE else ""
                     out.error = (f"its own per-process memory went over {job.slot_threshold:,.0f} MiB (B − the "
                                  f"cell's offset){killed}")
-                # --slots: when the candidate ran, on the wall clock (which ran side by side; the
-                # search's wall time from its first candidate to its answer, the cell's slots_wall_s).
+                # --slots: when it ran, on the wall clock (side by side; the cell's slots_wall_s spans them).
                 slot = None if self.slot_plan is None or lane.slot is None else SlotTime(
                     index=lane.slot, started_unix_s=round(t0, 3), ended_unix_s=round(time.time(), 3))
                 # Killed because the search no longer needs it (and not done by itself first): its
@@ -434,6 +446,7 @@ class Runner(UnitRunner):
             finally:
                 with cond:
                     job.runs.remove(run)
+                    job.alone = None if job.alone is lane else job.alone
                     if not self._stop.is_set():
                         self._cancel_useless(job)
                     cond.notify_all()
@@ -441,9 +454,8 @@ class Runner(UnitRunner):
                 return True
 
     def _cancel_useless(self, job: _Search) -> None:
-        """Kill the cell's running candidates the search can no longer use (under the lock), through
-        the lane runtime's cancel (the Ctrl-C path for the candidate: process group or container killed
-        and removed by the lane's own `run`, what the lane keeps ready for its next candidate kept); the
+        """Kill the cell's running candidates the search can no longer use (under the lock), through the lane
+        runtime's cancel (the candidate's Ctrl-C path; what the lane keeps ready for its next one is kept); the
         lane records the cancellation and is free at once."""
         live = [r for r in job.runs if r.cancelled is None]
         if not live:
