@@ -306,8 +306,8 @@ class LocalRuntime(Runtime):
             self.state.remove(server.proc.pid)
 
     def warm(self, request: TrialRequest) -> None:
-        """--prestart: while a cell calibrates alone, an idle slot starts WARM_DEPTH spares for its candidates
-        (one each, so 8 slots' imports do not slow the calibration candidate on the critical path)."""
+        """--prestart: while a cell calibrates alone, an idle slot starts its fork server, or WARM_DEPTH spares for
+        its candidates (one each, so 8 slots' imports do not slow the calibration candidate on the critical path)."""
         spec = self.spec(request)
         if not spec.prestart:
             return

@@ -77,9 +77,9 @@ def maxbatch(
                         "when N × (limit + allowance) fits the device (auto: as many as fit, at most one "
                         "per core); the answer is the one-slot search's."),
     prestart: bool = Option(False, "--prestart/--no-prestart",
-                            help="Local runtime, PyTorch engines: while a candidate runs, the next one's process "
-                            "starts and imports its framework, then waits for its batch (a fresh process per "
-                            "candidate still, no device touched before); saves the import per candidate."),
+                            help="Local runtime, PyTorch engines: the framework is imported ahead of the candidates "
+                            "(see --prestart-by), each still a fresh process that touches the device first; saves "
+                            "the import per candidate."),
     prestart_by: str = Option("fork", "--prestart-by",
                               help="With --prestart: fork (one process per slot imports the framework once, then "
                               "forks each candidate before any device call; spares where a memory cap applies) "

@@ -96,8 +96,9 @@ class MaxbatchConfig:
     # --prestart (local runtime, PyTorch trials): the next candidate's process starts and imports its framework
     # while the current one runs (runtimes/local.py). Written only when on, as slots.
     prestart: bool = False
-    # How (PRESTART_BY): "fork", a fork server per slot that imports once and forks each candidate (runtimes/forkserver.py), or
-    # "spares", whole processes started ahead. Written with prestart; a run recorded before the choice used spares.
+    # How (PRESTART_BY): "fork", a fork server per slot that imports once and forks each candidate
+    # (runtimes/forkserver.py), or "spares", whole processes started ahead. Written with prestart; a run recorded
+    # before the choice used spares.
     prestart_by: str = "fork"
 
     BENCHMARK: ClassVar[str] = "maxbatch"  # `kitctl run maxbatch`, the artifact's "benchmark"
