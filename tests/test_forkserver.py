@@ -175,3 +175,19 @@ def test_an_unknown_prestart_by_is_one_line(tmp_path):
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "--prestart-by" in r.stderr
     assert not list(tmp_path.glob("*.json"))
+
+
+def test_an_interrupt_while_the_server_still_imports_ends_the_candidate_at_once(rt):
+    """Ctrl-C reaches a slot's lane while its first candidate waits for the server's import: the server is
+    killed and nothing is started in its place (the run's threads are joined right after)."""
+    out = []
+    t = threading.Thread(target=lambda: out.append(rt.run(_request(2), timeout_s=300)))
+    t.start()
+    deadline = time.monotonic() + 30
+    while rt._server is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    rt.interrupt()  # the server is importing torch: no candidate yet
+    t0 = time.monotonic()
+    t.join(60)
+    assert not t.is_alive() and time.monotonic() - t0 < 30
+    assert out[0].killed_by.value == "kit_interrupt" and out[0].status.value != "ok", out

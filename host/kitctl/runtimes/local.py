@@ -196,6 +196,7 @@ class LocalRuntime(Runtime):
         self.prestart_by = prestart_by  # "fork": a fork server per slot where no memory cap applies; "spares"
         self._spares: list[_Spare] = []
         self._server: forkserver.Server | None = None  # prestart_by "fork": this slot's fork server
+        self._halted = False  # interrupted: the run is stopping, a candidate started after it is killed at once
 
     def _env(self, spec: TrialSpec) -> dict[str, str]:
         env = dict(os.environ)
@@ -380,6 +381,8 @@ class LocalRuntime(Runtime):
             )
         group = _Group(proc)
         self.current = group
+        if self._halted:  # interrupted while it was being started (a fork waits for its server's import)
+            group.kill(KilledBy.KIT_INTERRUPT)
         try:
             r = spec.record
             self.state.add(proc.pid, group.pgid, engine=r.engine, precision=r.precision, batch=r.batch, what=r.what)
@@ -422,6 +425,7 @@ class LocalRuntime(Runtime):
             self.current.kill(KilledBy.KIT_INTERRUPT)
 
     def interrupt(self) -> None:
+        self._halted = True
         self.cancel()
         for spare in list(self._spares):  # from any thread: kill only; the next hand-over or close reaps them
             self._discard(spare, wait=False)
