@@ -145,6 +145,10 @@ def fork(server: Server, argv: list[str], timeout_s: float) -> Forked | None:
         for fd in (out_r, err_r):
             os.close(fd)
         return None
+    except BaseException:  # Ctrl-C while waiting: the run stops (its close() stops the server and its candidate)
+        for fd in (out_r, err_r):
+            os.close(fd)
+        raise
     finally:
         os.close(out_w)
         os.close(err_w)
