@@ -141,14 +141,12 @@ def fork(server: Server, argv: list[str], timeout_s: float) -> Forked | None:
         finally:
             server.sock.settimeout(None)
         pid = int(json.loads(msg)["pid"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except BaseException as exc:
         for fd in (out_r, err_r):
             os.close(fd)
-        return None
-    except BaseException:  # Ctrl-C while waiting: the run stops (its close() stops the server and its candidate)
-        for fd in (out_r, err_r):
-            os.close(fd)
-        raise
+        if isinstance(exc, (OSError, ValueError, KeyError, TypeError)):
+            return None
+        raise  # Ctrl-C while waiting: the run stops (its close() stops the server, and so its candidate)
     finally:
         os.close(out_w)
         os.close(err_w)
