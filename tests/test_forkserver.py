@@ -22,6 +22,7 @@ import pytest
 from kitctl.core.protocol import TrialRequest
 from kitctl.runtimes import forkserver
 from kitctl.runtimes.local import PRESTART_ENV, LocalRuntime
+from test_prestart import prestarted_pids
 
 ROOT = Path(__file__).resolve().parents[1]
 TRIAL = ROOT / "trials" / "pytorch" / "trial.py"
@@ -36,15 +37,7 @@ def _request(batch: int, **kw) -> TrialRequest:
 
 def forking_pids() -> set[int]:
     """Processes of this user started as a fork server, and what they forked (the same environment)."""
-    out = set()
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if f"{PRESTART_ENV}=fork".encode() in (d / "environ").read_bytes().split(b"\0"):
-                    out.add(int(d.name))
-            except OSError:
-                continue
-    return out
+    return prestarted_pids("fork")
 
 
 @pytest.fixture

@@ -27,14 +27,15 @@ CPU = ["run", "maxbatch", "--device", "cpu", "--runtime", "local", "--engines", 
        "--memory-limit", "6000"]
 
 
-def prestarted_pids() -> set[int]:
-    """Processes of this user started with the prestart variable (a spare, waiting or not)."""
+def prestarted_pids(value: str = "1") -> set[int]:
+    """Processes of this user started with the prestart variable set to `value` ("1": a spare, waiting or not;
+    "fork": a fork server and what it forked)."""
     out = set()
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
         try:
-            if f"{PRESTART_ENV}=1".encode() in (d / "environ").read_bytes().split(b"\0"):
+            if f"{PRESTART_ENV}={value}".encode() in (d / "environ").read_bytes().split(b"\0"):
                 out.add(int(d.name))
         except OSError:
             continue

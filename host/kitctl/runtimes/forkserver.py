@@ -24,6 +24,8 @@ import subprocess
 import time
 from dataclasses import dataclass
 
+from .processes import kill_group
+
 # The fork server's PRESTART_ENV value (trials/common/kittrial.py).
 FORK = "fork"
 _MSG = 1 << 16
@@ -48,10 +50,7 @@ class Server:
 
     def stop(self, wait: bool = True) -> None:
         """Kill it (its forked candidates follow: their parent-death signal); with `wait`, reap it."""
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        kill_group(self.proc.pid)
         if wait:
             self.proc.wait()
             self.sock.close()
@@ -85,9 +84,6 @@ class Forked:
         self._bufs = {stdout: bytearray(), stderr: bytearray()}
         self._open = {stdout, stderr}
 
-    def poll(self) -> int | None:
-        return self.returncode
-
     def communicate(self, timeout: float | None = None) -> tuple[str, str]:
         """Read both pipes to their end and the server's word on the exit; resumable after a timeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -113,10 +109,6 @@ class Forked:
                         os.close(key.fd)
                         self._open.discard(key.fd)
         return tuple(self._bufs[fd].decode("utf-8", "replace") for fd in self._fds)  # type: ignore[return-value]
-
-    def wait(self, timeout: float | None = None) -> int | None:
-        self.communicate(timeout)
-        return self.returncode
 
 
 def _exit_code(sock: socket.socket) -> int:

@@ -24,7 +24,7 @@ from ..core.protocol import TrialRequest
 from ..core.watch import Watcher
 from . import forkserver
 from .base import RawRun, Runtime, RuntimeUnavailable, Stopwatch
-from .processes import group_members
+from .processes import group_members, kill_group
 from .runstate import RunState
 from .spec import Record, TrialSpec
 
@@ -257,10 +257,7 @@ class LocalRuntime(Runtime):
         return proc
 
     def _discard(self, spare: _Spare, wait: bool = True) -> None:
-        try:
-            os.killpg(spare.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        kill_group(spare.proc.pid)
         if wait:
             spare.proc.communicate()
             self.state.remove(spare.proc.pid)

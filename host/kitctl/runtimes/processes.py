@@ -8,6 +8,7 @@ since boot) it names one process for the whole boot, so a reused PID is never ta
 from __future__ import annotations
 
 import os
+import signal
 from dataclasses import dataclass
 
 
@@ -73,6 +74,14 @@ def group_members(pgid: int) -> list[ProcStat]:
             if st is not None and st.pgrp == pgid:
                 found.append(st)
     return found
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL to a process group; one already gone (or not ours) is nothing to do."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def boot_id() -> str | None:
