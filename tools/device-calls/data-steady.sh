@@ -13,6 +13,9 @@
 #   e2e        kitctl run train-e2e, resnet50, E2E_LOADERS (default ffcv), E2E_RUNS runs (default 3): its
 #              loader-alone figure against dataload's for the same data, source and workers
 #   resume     RESUME=<partial>: continue a partial of a previous call on this (warm) machine
+#   probe      tools/cpu_probe.py: a fixed decode-and-resize workload on every core for PROBE_S seconds (default
+#              90), its rate in 2-s blocks (about one epoch of the corpus): how steady the machine's CPU capacity
+#              is, with the epochs of every dataload artifact this call made beside it
 # E2E_WORKERS (default 16) applies to e2e; WORKERS (default 16; a comma list sweeps), SOURCE (default ram; cold, or ram,cold) and WINDOW_S (dataload's
 # --window-seconds) apply to the load steps.
 # The corpus (DATA_IMAGES, default 20,000) is made once per machine under data/ and reused by a later call on
@@ -69,6 +72,14 @@ for step in "$@"; do
       echo "rc=${PIPESTATUS[0]} after $(( SECONDS - t0 )) s" ;;
     e2e) kit run train-e2e --corpus data/corpus --model resnet50 --loaders "$E2E_LOADERS" --workers "$E2E_WORKERS" \
            --encoding jpeg90 --side 256 --batch 256 --runs "$E2E_RUNS" --timeout 300 ;;
+    probe)
+      if (( $(left) < ${PROBE_S:-90} + 20 )); then say "probe skipped (left $(left) s)"; continue; fi
+      n=$(ls "$OUT"/probe-*.json 2>/dev/null | wc -l)
+      say "tools/cpu_probe.py --seconds ${PROBE_S:-90} (left $(left) s)"
+      python3 tools/cpu_probe.py --seconds "${PROBE_S:-90}" --dataload $(ls "$OUT"/dataload-*.json 2>/dev/null) \
+        --out "$OUT/probe-$((n + 1)).json" | python3 -c "import json,sys; d=json.load(sys.stdin); p=d['probe']
+print('probe', d['workload']['item'], d['window']['items_per_second'], 'cv', round(p['cv'], 4), 'lag1', round(p['lag1'], 2),
+      'halves', round(100 * p['halves_change'], 2), '%', 'min', p['min'], 'max', p['max'])" ;;
     resume) kit run "${RESUME_KIND:?RESUME_KIND=dataload|train-e2e}" --resume "${RESUME:?RESUME=<partial>}" ;;
     *) say "unknown step $step" ;;
   esac
