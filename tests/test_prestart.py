@@ -72,12 +72,19 @@ def test_prestart_gives_the_same_search_and_records_where_its_time_went(tmp_path
         assert res["phases"]["build_optimizer_s"] < 0.05  # torch._dynamo came with the preload
     for t in a["trials"]:
         assert "prestart" not in t["result"] and t["result"]["phases"]["startup_s"] >= 0
+    # the CPU each candidate used, over a wall time inside the host's (a prestarted one's from its arguments)
+    for t in a["trials"] + b["trials"]:
+        cpu = t["result"]["cpu"]
+        assert cpu["cpu_s"] > 0 and 0 < cpu["wall_s"] <= t["elapsed_s"] + 0.5
+        assert cpu["cores"] == round(cpu["cpu_s"] / cpu["wall_s"], 2)
     # the report says where the prestarted candidates' start-up went
     (art,) = [p for p in (tmp_path / "done").glob("*.json") if json.loads(p.read_text()) == pre]
     r = subprocess.run([*ENTRY, "report", str(art), "--out", str(tmp_path / "r.md")], capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert f"{len(b['trials'])} prestarted, ahead of the candidate" in (tmp_path / "r.md").read_text()
+    text = (tmp_path / "r.md").read_text()
+    assert f"{len(b['trials'])} prestarted, ahead of the candidate" in text
+    assert "cores busy (median)" in text
 
 
 def _request(batch: int) -> TrialRequest:

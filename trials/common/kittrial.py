@@ -540,6 +540,26 @@ def process_age_s() -> float | None:
         return None
 
 
+def cpu_seconds() -> float | None:
+    """CPU seconds (user + system) of this process and its reaped children so far: a candidate's threads (an XLA
+    compile's, a loader's) are in it. None where the platform has no getrusage."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def cpu_use(cpu0: float | None, wall_s: float | None) -> dict | None:
+    """result["cpu"]: the CPU seconds since cpu0 over the wall seconds they took, and their ratio (the cores the
+    candidate kept busy on average: how much of the host several candidates side by side would share)."""
+    cpu = cpu_seconds()
+    if cpu is None or cpu0 is None or not wall_s or wall_s <= 0:
+        return None
+    return {"cpu_s": round(cpu - cpu0, 3), "wall_s": round(wall_s, 3), "cores": round((cpu - cpu0) / wall_s, 2)}
+
+
 @contextlib.contextmanager
 def phase(result: dict, name: str):
     """Time one phase of the candidate into result["phases"][name + "_s"] (also when it raises: an OOM's
@@ -683,6 +703,11 @@ def run(argv: list[str] | None, modes: list[str], engine_of: Callable[[str], str
         return 1
 
     started = process_age_s()
+    # CPU use from the candidate's own start: a fresh process's from its start (interpreter and import included,
+    # as in its wall time); a prestarted or forked one's from its arguments (its import is under prestart).
+    fresh = prestarted is None and started is not None
+    cpu0 = 0.0 if fresh else cpu_seconds()
+    t_args = time.perf_counter()
     _claim_stdout()
     if fault_requested("grow"):
         _grow_forever()
@@ -701,6 +726,7 @@ def run(argv: list[str] | None, modes: list[str], engine_of: Callable[[str], str
         traceback.print_exc(file=sys.stderr)
         result["status"] = classify(exc)
         result["error"] = one_line(exc)
+    result["cpu"] = cpu_use(cpu0, (started if fresh else 0.0) + time.perf_counter() - t_args)
     emit(result)
     return 0 if result["status"] == "ok" else 1
 

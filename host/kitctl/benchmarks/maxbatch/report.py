@@ -142,6 +142,10 @@ def candidate_time(cell: MaxbatchCell | dict[str, Any]) -> str | None:
     outside = [t.elapsed_s - sum(ph[k] for k, _ in keys) for t, ph in timed]
     parts.append(f"outside them {max(0.0, median(outside)):,.1f}")
     wall = median([t.elapsed_s for t, _ in timed])
+    # the host cores a candidate kept busy (its CPU seconds over its wall time): what side-by-side slots share
+    cores = [c["cores"] for c in ((t.result or {}).get("cpu") for t, _ in timed)
+             if isinstance(c, dict) and isinstance(c.get("cores"), (int, float))]
+    busy = f"; CPU {median(cores):,.1f} cores busy (median)" if cores else ""
     # --prestart: each process started and imported its framework before its candidate (not in the wall time)
     early = [p for p in ((t.result or {}).get("prestart") for t, _ in timed) if isinstance(p, dict)]
     ahead = ""
@@ -154,7 +158,7 @@ def candidate_time(cell: MaxbatchCell | dict[str, Any]) -> str | None:
         ahead = (f"; {how}, ahead of the candidate (medians, s: "
                  + ", ".join(f"{label} {median([p[k] for p in early]):,.1f}" for k, label in got) + ")")
     return (f"{engine_label(cell.engine)} {cell.precision}: {wall:,.1f} s per candidate "
-            f"({len(timed)} candidates; medians, s: {', '.join(parts)}){ahead}")
+            f"({len(timed)} candidates; medians, s: {', '.join(parts)}){busy}{ahead}")
 
 
 def caveats_results(src: Source) -> list[str]:
