@@ -188,7 +188,28 @@ def caveats_results(src: Source) -> list[str]:
                            f"candidate(s) failed without a memory status ({what}) and were retried.")
         if (note := rematerialization_note(c)) is not None:
             out.append(note)
+        if (note := slots_cpu_note(c, src.doc.get("slots"))) is not None:
+            out.append(note)
     return out
+
+
+def slots_cpu_note(cell: MaxbatchCell, fit: dict[str, Any] | None) -> str | None:
+    """--slots: when the cell's calibration candidate, alone, kept so many cores busy that its slots side by side
+    ask for more cores than the host has, its candidates' times include waiting for the CPU (a deadline passed
+    there is retried alone)."""
+    if not isinstance(fit, dict) or not isinstance(fit.get("slots"), int) or fit["slots"] < 2 or not fit.get("cores"):
+        return None
+    cpu = ((cell.calibration.result or {}) if cell.calibration is not None else {}).get("cpu")
+    if not isinstance(cpu, dict) or not isinstance(cpu.get("cores"), (int, float)):
+        return None
+    need = cpu["cores"] * fit["slots"]
+    if need <= fit["cores"]:
+        return None
+    return (f"**Slots share the host's CPUs** — {cell_label(cell.engine, cell.precision)}: its calibration "
+            f"candidate, alone, kept {cpu['cores']:,.1f} cores busy; {fit['slots']} slots side by side ask for "
+            f"{need:,.0f} of the host's {fit['cores']}: candidates waited for the CPU, and took longer than "
+            f"alone (a deadline passed beside others is retried alone). Fewer --slots, or more cores, "
+            f"shortens them.")
 
 
 def _gib(n: int) -> str:
