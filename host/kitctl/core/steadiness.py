@@ -2,6 +2,7 @@
 dataload, train-e2e's loader alone; docs/method.md, "Steadiness, measured")."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,3 +47,52 @@ class Steadiness(Record):
     tolerance: float | None = None
     interval_spread: float | None = None
     max_interval_spread: float | None = None
+
+
+# Fewer epochs than this and their scatter says nothing about the halves.
+MIN_NOISE_EPOCHS = 6
+# A slow spell lasting several epochs makes neighbouring epochs alike (positive lag-1 autocorrelation), so halves
+# of them vary more than independent epochs would: the noise is widened by sqrt((1 + r) / (1 - r)), r capped here.
+MAX_LAG1 = 0.9
+
+
+@dataclass(frozen=True)
+class HalvesNoise:
+    """How far a window's halves would differ from the scatter of its own epochs alone, were the loader steady."""
+    epochs: int
+    cv: float  # the epochs' images/s: standard deviation ÷ mean
+    lag1: float  # their lag-1 autocorrelation (how long fast and slow spells last)
+    sd: float  # one standard deviation of the halves' change, as a fraction
+    seconds: float  # the window's length
+
+    def window_for(self, tolerance: float, sds: float = 2.0) -> float:
+        """The window (seconds) at which this scatter keeps a steady loader's halves within `tolerance` at `sds`
+        standard deviations: the noise falls with the square root of the window's epochs."""
+        return self.seconds * max(1.0, (sds * self.sd / tolerance) ** 2)
+
+
+def halves_noise(rates: list[float], seconds: list[float]) -> HalvesNoise | None:
+    """The halves' noise of a window from its epochs' rates (images/s) and seconds: the change between the means of
+    two halves of n epochs drawn from them in random order has a standard deviation of 2·cv/√n (halves of one
+    finite set), from their scatter around a straight line (a trend is not noise), widened for the lag-1
+    autocorrelation of that scatter. None below MIN_NOISE_EPOCHS epochs."""
+    n = len(rates)
+    if n < MIN_NOISE_EPOCHS or n != len(seconds) or any(not r or r <= 0 for r in rates):
+        return None
+    mean = sum(rates) / n
+    # the scatter around a straight line through the epochs (over their times): a trend is what the halves test,
+    # so it must not count as noise (it would also read as autocorrelation)
+    t, at = [], 0.0
+    for s in seconds:
+        t.append(at + s / 2)
+        at += s
+    tm = sum(t) / n
+    stt = sum((x - tm) ** 2 for x in t)
+    slope = sum((x - tm) * (r - mean) for x, r in zip(t, rates)) / stt if stt > 0 else 0.0
+    dev = [r - mean - slope * (x - tm) for x, r in zip(t, rates)]
+    var = sum(d * d for d in dev) / n
+    cv = math.sqrt(var) / mean
+    lag1 = sum(a * b for a, b in zip(dev[:-1], dev[1:])) / (var * n) if var > 0 else 0.0
+    r = min(max(lag1, 0.0), MAX_LAG1)
+    sd = 2 * cv / math.sqrt(n) * math.sqrt((1 + r) / (1 - r))
+    return HalvesNoise(epochs=n, cv=cv, lag1=lag1, sd=sd, seconds=sum(seconds))

@@ -86,3 +86,42 @@ def partial_caveat(src: Any, label: Callable[[C], str], planned: int, noun: str,
     if unfinished:
         text += f"; unfinished: {'; '.join(unfinished)}"
     return text + f". An unfinished cell has no figure; continue with {resume}."
+
+
+def scatter_note(label: str, windows: Sequence[tuple[float | None, Sequence[Any] | None]], tolerance: float) -> str | None:
+    """For a cell that is not steady: each run's halves change (`windows`: (halves_change, its timed epochs) per run)
+    against the noise its own epochs' scatter gives (core/steadiness.py `halves_noise`), and whether the change is a
+    trend or that scatter, with the window at which the scatter would keep a steady loader within `tolerance`.
+    None where no run has the epochs to tell."""
+    from ...core.steadiness import halves_noise
+
+    judged = []
+    for change, epochs in windows:
+        eps = [e for e in (epochs or ()) if e.images_per_second and e.seconds]
+        noise = halves_noise([e.images_per_second for e in eps], [e.seconds for e in eps])
+        if isinstance(change, (int, float)) and noise is not None:
+            judged.append((change, noise))
+    if not judged:
+        return None
+
+    def span(xs: list[float], fmt: str) -> str:
+        lo, hi = min(xs), max(xs)
+        return format(lo, fmt) if format(lo, fmt) == format(hi, fmt) else f"{format(lo, fmt)}–{format(hi, fmt)}"
+
+    changes = " / ".join(f"{c:+.1%}" for c, _ in judged)
+    sds = span([n.sd for _, n in judged], ".1%")
+    trend = [i + 1 for i, (c, n) in enumerate(judged) if abs(c) > 2 * n.sd]
+    head = (f"**Epoch scatter** — {label}: the runs' window halves differ by {changes}; their own epochs scatter "
+            f"(CV {span([n.cv for _, n in judged], '.0%')}, lag-1 autocorrelation "
+            f"{span([n.lag1 for _, n in judged], '.2f')}) enough to move the halves by ±{sds} (one standard "
+            f"deviation) were the loader steady. ")
+    if trend:
+        return head + (f"In run{'s' if len(trend) > 1 else ''} {', '.join(map(str, trend))} the change is more than "
+                       f"two of those: a trend inside the window (a start-up not over, or the machine's capacity "
+                       f"changing), not only scatter.")
+    need = span([n.window_for(tolerance) for _, n in judged], ",.0f")
+    return head + (f"Every change is within two of them: the halves show the epochs' scatter, and a trend smaller "
+                   f"than it cannot be told from it in a window this long. At this scatter a "
+                   f"window of about {need} s (--window-seconds) keeps a steady loader's halves within "
+                   f"{tolerance:.0%} (two standard deviations); tools/cpu_probe.py tells whether the machine's CPUs "
+                   f"scatter as much.")

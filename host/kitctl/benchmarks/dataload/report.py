@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ...reports.format import table
-from ..data.caveats import FFCV_MACHINE, cell_caveats, partial_caveat
+from ..data.caveats import FFCV_MACHINE, cell_caveats, partial_caveat, scatter_note
 from ..data.loaders import GPU_LOADERS
 from ..data.results import Epoch
 from . import results
@@ -144,6 +144,11 @@ def caveats(src: Source) -> list[str]:
     if unsteady:
         out.append(f"**Not steady** — {'; '.join(unsteady)}: the figure is kept, but it moves with the window; "
                    "read it as a range, not a rank (a longer --window-seconds or more --runs).")
+    tolerance = recorded(src.doc).steady_tolerance
+    for c in typed:
+        if c.ok and c.steadiness and c.steadiness.steady is False and tolerance:
+            note = scatter_note(_label(c), [(r.halves_change, r.epochs) for r in c.runs if r.ok], tolerance)
+            out += [note] if note else []
     return out
 
 

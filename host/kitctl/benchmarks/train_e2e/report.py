@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..data.caveats import cell_caveats, partial_caveat
+from ..data.caveats import cell_caveats, partial_caveat, scatter_note
 from ...core.typed import to_json
 from ...reports.format import table
 from . import results
@@ -98,6 +98,13 @@ def caveats(src: Any) -> list[str]:
     if unsteady:
         out.append(f"**Loader alone not steady** — {'; '.join(unsteady)}: its figure is kept, but it moves with the "
                    "window; read it as a range (a longer --window-seconds or more --runs).")
+    tolerance = recorded(src.doc).steady_tolerance
+    for c in typed:
+        if c.ok and c.loader_steadiness and c.loader_steadiness.steady is False and tolerance:
+            alone = [r.loader_alone for r in c.runs if r.ok and r.loader_alone is not None]
+            note = scatter_note(f"{_label(c)}, the loader alone",
+                                [(a.window.halves_change if a.window else None, a.epochs) for a in alone], tolerance)
+            out += [note] if note else []
     hit = []
     for c in typed:
         n = sum((r.epoch_starts_in_window or 0) + (r.loader_epoch_starts or 0) for r in c.runs)
