@@ -11,7 +11,9 @@ RandomResizedCrop decoder does, in a loop, single-threaded (OpenCV's own threads
 The work per item never changes, so every change in the rate is the machine's: its clocks, its neighbours, its
 scheduler. The window is cut into blocks of --block-seconds (about one epoch of a 20,000-image corpus at 10,000
 images/s) and, as for a loader's window, the first and the second half are compared (`halves_change`; steady
-within 2 %), with the blocks' coefficient of variation and lag-1 autocorrelation (how long slow spells last).
+within 2 %), with the blocks' coefficient of variation and lag-1 autocorrelation (how long slow spells last), the
+noise those give the halves were the rate steady (`noise_sd`, the data reports' "Epoch scatter": kitctl's
+core/steadiness.py) and the window at which that noise would hold the 2 % (`window_for_tolerance_s`).
 
 With --dataload, the same statistics of each run's epochs in those artifacts, beside the probe's: a loader whose
 epochs scatter as much as the fixed workload's blocks scatters because of the machine.
@@ -29,6 +31,12 @@ import statistics
 import sys
 import time
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT / "host") not in sys.path:
+    sys.path.insert(0, str(ROOT / "host"))
+
+from kitctl.core.steadiness import STEADY_NOISE_SDS, halves_noise  # noqa: E402  (the data reports' own noise)
 
 TOLERANCE = 0.02
 
@@ -114,9 +122,14 @@ def scatter(rates: list[float], weights: list[float] | None = None) -> dict:
     var = sum(d * d for d in dev)
     lag1 = sum(x * y for x, y in zip(dev[:-1], dev[1:])) / var if var > 0 else 0.0
     change = (b - a) / a
+    noise = halves_noise(list(rates), list(w))
     return {"blocks": n, "mean": mean, "cv": sd / mean if mean else None, "lag1": lag1,
             "min": min(rates), "max": max(rates), "first_half": a, "second_half": b, "halves_change": change,
-            "steady": abs(change) <= TOLERANCE}
+            "steady": abs(change) <= TOLERANCE,
+            # as the data reports' "Epoch scatter": the halves' noise from the blocks around a line, and the window
+            # at which it would hold the tolerance
+            "noise_sd": None if noise is None else noise.sd,
+            "window_for_tolerance_s": None if noise is None else noise.window_for(TOLERANCE, STEADY_NOISE_SDS)}
 
 
 def loader_runs(path: Path) -> list[dict]:
@@ -171,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         pr.join()
     stamps = sorted(t for _, s in results for t in s)
     rates = blocks(stamps, start, end, a.block_seconds)
+    times = [a.block_seconds] * len(rates)
     per_process = [len(s) / a.seconds for _, s in results]
     doc = {"tool": "cpu_probe", "when_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start)),
            "host": {"node": platform.node(), "cpus": os.cpu_count(), "usable_cpus": cores,
@@ -178,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
            "workload": {"item": results[0][0], "jpeg_bytes": len(data), "side": a.side, "processes": a.processes},
            "window": {"seconds": a.seconds, "block_seconds": a.block_seconds, "items": len(stamps),
                       "items_per_second": len(stamps) / a.seconds, "tolerance": TOLERANCE},
-           "probe": {**scatter(rates), "block_rates": [round(r, 1) for r in rates]},
+           "probe": {**scatter(rates, times), "block_rates": [round(r, 1) for r in rates]},
            "per_process_items_per_second": {"min": min(per_process), "max": max(per_process),
                                             "median": statistics.median(per_process)},
            "loaders": [r for f in a.dataload for r in loader_runs(f)]}

@@ -54,6 +54,8 @@ MIN_NOISE_EPOCHS = 6
 # A slow spell lasting several epochs makes neighbouring epochs alike (positive lag-1 autocorrelation), so halves
 # of them vary more than independent epochs would: the noise is widened by sqrt((1 + r) / (1 - r)), r capped here.
 MAX_LAG1 = 0.9
+# A halves change beyond this many of its noise's standard deviations is a trend, not scatter.
+STEADY_NOISE_SDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,7 @@ class HalvesNoise:
     sd: float  # one standard deviation of the halves' change, as a fraction
     seconds: float  # the window's length
 
-    def window_for(self, tolerance: float, sds: float = 2.0) -> float:
+    def window_for(self, tolerance: float, sds: float = STEADY_NOISE_SDS) -> float:
         """The window (seconds) at which this scatter keeps a steady loader's halves within `tolerance` at `sds`
         standard deviations: the noise falls with the square root of the window's epochs."""
         return self.seconds * max(1.0, (sds * self.sd / tolerance) ** 2)

@@ -93,7 +93,7 @@ def scatter_note(label: str, windows: Sequence[tuple[float | None, Sequence[Any]
     against the noise its own epochs' scatter gives (core/steadiness.py `halves_noise`), and whether the change is a
     trend or that scatter, with the window at which the scatter would keep a steady loader within `tolerance`.
     None where no run has the epochs to tell."""
-    from ...core.steadiness import halves_noise
+    from ...core.steadiness import STEADY_NOISE_SDS, halves_noise
 
     judged = []
     for change, epochs in windows:
@@ -110,7 +110,7 @@ def scatter_note(label: str, windows: Sequence[tuple[float | None, Sequence[Any]
 
     changes = " / ".join(f"{c:+.1%}" for c, _ in judged)
     sds = span([n.sd for _, n in judged], ".1%")
-    trend = [i + 1 for i, (c, n) in enumerate(judged) if abs(c) > 2 * n.sd]
+    trend = [i + 1 for i, (c, n) in enumerate(judged) if abs(c) > STEADY_NOISE_SDS * n.sd]
     head = (f"**Epoch scatter** — {label}: the runs' window halves differ by {changes}; their own epochs scatter "
             f"(CV {span([n.cv for _, n in judged], '.0%')}, lag-1 autocorrelation "
             f"{span([n.lag1 for _, n in judged], '.2f')}) enough to move the halves by ±{sds} (one standard "
