@@ -88,7 +88,8 @@ def partial_caveat(src: Any, label: Callable[[C], str], planned: int, noun: str,
     return text + f". An unfinished cell has no figure; continue with {resume}."
 
 
-def scatter_note(label: str, windows: Sequence[tuple[float | None, Sequence[Any] | None]], tolerance: float) -> str | None:
+def scatter_note(label: str, windows: Sequence[tuple[float | None, Sequence[Any] | None]],
+                 tolerance: float) -> str | None:
     """For a cell that is not steady: each run's halves change (`windows`: (halves_change, its timed epochs) per run)
     against the noise its own epochs' scatter gives (core/steadiness.py `halves_noise`), and whether the change is a
     trend or that scatter, with the window at which the scatter would keep a steady loader within `tolerance`.
