@@ -10,6 +10,9 @@
 #   jax      jax-xla fp32 at 16,376 MiB, guided, --timeout 150 --start-batch 12288 --slots auto (the committed
 #            one-slot search: 13,568 / 13,569, …20261201T163217Z.json); RESUME_JAX=<partial> resumes one instead
 #            (put it under results/ here first: untracked files travel with the call)
+#   pytorch  pytorch-eager fp32 and bf16 at 16,376 MiB, --slots auto --prestart (fork server), with Lightning's
+#            and accelerate's finders beside fp32: tools/device-calls/call-prestart.sh (BF16=1 VERIFY=0) in the time
+#            left, its own log lines in this one; only when the card is an H200 (PYTORCH_ANY_CARD=1: any card)
 #   pairs    the two catalogue sizes whose slots answers no one-slot search has checked (12,288 MiB: 6,400 / 6,401;
 #            49,140 MiB: 28,224 / 28,225, 2026-12-07 on an H100), each pair by a one-slot search
 set -u
@@ -59,6 +62,10 @@ for step in "$@"; do
       else kit run maxbatch --runtime local --engines jax-xla --precision fp32 --vram-limit 16376 --strategy guided \
         --timeout 150 --start-batch 12288 --slots auto; fi
       [ -n "$final" ] && answer "$final" 13568 13569 ;;
+    pytorch)
+      if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || [ "${PYTORCH_ANY_CARD:-0}" = 1 ]; then
+        BF16=1 VERIFY=0 CALL_LIMIT_S=$(( $(left) - 5 )) bash tools/device-calls/call-prestart.sh
+      else say "pytorch skipped: not an H200 (its H100 figures are committed)"; fi ;;
     pairs)
       for size in "12288 6400 6401" "49140 28224 28225"; do
         set -- $size
