@@ -71,6 +71,10 @@ def test_forked_candidates_match_fresh_ones_and_import_once(rt, tmp_path):
     assert pre[0]["import_s"] == pre[1]["import_s"] > 0.05  # one import, by the server, for both
     for r in forked:  # torch and torch._dynamo came with the server: nothing left to import in the candidate
         assert r.result["phases"]["import_s"] < 0.05 and r.result["phases"]["build_optimizer_s"] < 0.05
+    # a forked candidate's CPU is its own, from its arguments: not the server's import (which a fresh process's has)
+    for a, b in zip(plain, forked):
+        assert 0 < b.result["cpu"]["cpu_s"] and 0 < b.result["cpu"]["wall_s"] <= b.elapsed_s
+        assert b.result["cpu"]["wall_s"] < a.result["cpu"]["wall_s"]
 
 
 def long_then_short(rt) -> tuple[threading.Thread, list, list]:
