@@ -201,7 +201,11 @@ def test_budget_becomes_xla_memory_settings(monkeypatch):
     process, restored by monkeypatch); the device total is passed in, as libcuda would give it."""
     trial = _load("kit_jax_trial", TRIAL)
     for name in XLA_VARS:
-        monkeypatch.delenv(name, raising=False)
+        # setenv first: monkeypatch records a variable only when it touches one that exists, and delenv of an
+        # absent one records nothing — what configure_xla_env then sets would outlive the test (a JAX_PLATFORMS=cuda
+        # left here made the next in-process jax backend fail to start)
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     total = 16 * 1024 * MIB
 
     s = {}
