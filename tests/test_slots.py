@@ -33,7 +33,7 @@ from test_gpus import answers
 from kitctl.benchmarks.maxbatch.config import MaxbatchConfig
 from kitctl.benchmarks.maxbatch.replay import oracle_of, search_config
 from kitctl.benchmarks.maxbatch.run import Lane, Runner, RunPlan, SlotPlan
-from kitctl.benchmarks.maxbatch.cells import cell_entries, cell_search
+from kitctl.benchmarks.maxbatch.cells import cell_entries, cell_search, shared_device_proof, shared_device_reason
 from kitctl.core.artifact import ArtifactStore, load
 from kitctl.core.budget import make_budget
 from kitctl.core.engines import ENGINES
@@ -45,7 +45,7 @@ from kitctl.core.slots import SlotSampler, SlotsError, fit, gate_offset, parse_s
 from kitctl.benchmarks.maxbatch.search.speculate import replay, simulate
 from kitctl.run.document import new_doc
 from kitctl.cli.view import PlainView
-from conftest import need_module  # noqa: E402
+from conftest import ROOT, need_module  # noqa: E402
 
 ENTRY = [sys.executable, "-c", "from kitctl.entry import main; main()"]
 EAGER = [ENGINES["pytorch-eager"]]
@@ -427,6 +427,48 @@ def test_a_retry_runs_alone_so_a_deadline_passed_beside_others_is_judged_as_one_
     for r in retries:  # nothing else ran while it did
         a, b = r["slot"]["started_unix_s"], r["slot"]["ended_unix_s"]
         assert all(t["slot"]["ended_unix_s"] <= a or t["slot"]["started_unix_s"] >= b for t in runs if t is not r)
+
+
+def test_once_a_retry_alone_proves_the_sharing_the_cell_runs_one_candidate_at_a_time(tmp_path, capsys):
+    """The H100's jax-xla cell (…20261208T001023Z.partial.json): after 14,732 timed out beside three others and
+    ended alone in 64 s, the next round again put four candidates side by side and all four passed the deadline.
+    Once a retry alone has ended inside the deadline its first attempt passed beside others, no candidate of the
+    cell starts beside another: no first attempt times out after it, and the answer is still one slot's."""
+    cfg = config("protocol")
+    one = slot_runner(tmp_path / "one", cfg, [Slotted(PASSES["monotone"], delay=0.02)]).run()
+    Slotted.log = []
+    many = slot_runner(tmp_path / "k", cfg, [Contended(PASSES["monotone"], delay=0.05) for _ in range(4)]).run()
+    assert answers(many) == answers(one)
+    [ck] = many["results"]
+    runs = ck["trials"] + ck.get("cancelled", [])
+    proof = shared_device_proof(ck)
+    assert proof is not None
+    first, retry = proof
+    assert first.status == "timeout" and first.attempt == 1 and retry.batch == first.batch and retry.attempt == 2
+    after = [t for t in runs if t["slot"]["started_unix_s"] >= retry.slot.ended_unix_s]
+    assert after  # the search went on after the proof
+    for r in after:  # alone: nothing overlapped it, so no first attempt timed out
+        a, b = r["slot"]["started_unix_s"], r["slot"]["ended_unix_s"]
+        assert all(t["slot"]["ended_unix_s"] <= a or t["slot"]["started_unix_s"] >= b for t in runs if t is not r)
+        assert not (r["status"] == "timeout" and r["attempt"] == 1)
+    assert "pytorch-eager fp32: one candidate at a time from now on: batch" in capsys.readouterr().err
+
+
+def test_the_proof_needs_a_first_attempt_beside_others_and_a_retry_alone():
+    """shared_device_proof on the committed jax-xla partial (H100, 4 slots) and on cells that prove nothing."""
+    doc = json.loads((ROOT / "results/reference/maxbatch-resnet50-synthetic-20261208T001023Z.partial.json")
+                     .read_text())
+    [cell] = doc["results"]
+    first, retry = shared_device_proof(cell)
+    assert (first.batch, first.status, retry.status, round(retry.elapsed_s)) == (14732, "timeout", "oom", 64)
+    assert shared_device_reason(cell) == ("batch 14,732 timed out after 150 s beside other candidates and ended "
+                                          "alone in 64 s (oom)")
+    # The same candidates with the retry also timed out, or without slots (no slot times): no proof.
+    also_late = dict(cell, trials=[dict(t, status="timeout") if t["attempt"] > 1 else t for t in cell["trials"]],
+                     cancelled=[])
+    assert shared_device_proof(also_late) is None
+    no_slots = dict(cell, trials=[{k: v for k, v in t.items() if k != "slot"} for t in cell["trials"]], cancelled=[])
+    assert shared_device_proof(no_slots) is None
 
 
 class SlotWatched(Slotted):

@@ -109,3 +109,36 @@ def summary(cell: MaxbatchCell) -> str:
 def new_cell(engine: str, precision: str) -> dict[str, Any]:
     """A new cell's JSON (MaxbatchCell.new, as written)."""
     return to_json(MaxbatchCell.new(engine, precision))
+
+
+def shared_device_proof(cell: MaxbatchCell | dict[str, Any]) -> tuple[MaxbatchTrial, MaxbatchTrial] | None:
+    """--slots: the first batch whose deadline passed beside other candidates (attempt 1, `timeout`) and whose retry,
+    alone on the device, ended inside it (any other status): (that first attempt, its retry), or None. Such a cell's
+    candidates are slowed by sharing the device, not by their own size, so the rest of its search runs one
+    candidate at a time: side by side its candidates would pass their deadline again, each costing a retry alone.
+    Read from the recorded candidates, so a resumed cell goes on as it left off."""
+    c = cell_of(cell)
+    ran = [t for t in c.trials + c.cancelled if t.slot is not None]
+
+    def beside_others(t: MaxbatchTrial) -> bool:
+        a = t.slot
+        return a is not None and any(o is not t and o.slot.started_unix_s < a.ended_unix_s
+                                     and a.started_unix_s < o.slot.ended_unix_s for o in ran)
+
+    for retry in c.trials:
+        if retry.attempt < 2 or retry.status == Status.TIMEOUT.value or beside_others(retry):
+            continue
+        first = next((t for t in c.trials if t.batch == retry.batch and t.attempt == 1), None)
+        if first is not None and first.status == Status.TIMEOUT.value and beside_others(first):
+            return first, retry
+    return None
+
+
+def shared_device_reason(cell: MaxbatchCell | dict[str, Any]) -> str | None:
+    """Why the cell's candidates run one at a time from now on (shared_device_proof), in a line, or None."""
+    proof = shared_device_proof(cell)
+    if proof is None:
+        return None
+    first, retry = proof
+    return (f"batch {first.batch:,} timed out after {first.elapsed_s or 0:,.0f} s beside other candidates "
+            f"and ended alone in {retry.elapsed_s or 0:,.0f} s ({retry.status})")

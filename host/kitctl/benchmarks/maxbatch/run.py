@@ -27,7 +27,7 @@ from .search.speculate import candidates, replay, useless
 from ...core.signals import Interrupted  # noqa: F401  (re-exported: SIGINT/SIGTERM/SIGHUP during a run)
 from ...run.runner import CANCELLED, UnitRunner, find_cell
 from ...runtimes.base import Runtime
-from .cells import cell_entries, cell_search, summary
+from .cells import cell_entries, cell_search, shared_device_reason, summary
 from .plan import Lane, RunPlan, SlotPlan
 from .results import NO_PEAKS, CellOverhead, LaneGpu, MaxbatchCell, MaxbatchTrial, SlotGate, SlotTime
 
@@ -63,6 +63,7 @@ class _Search:
     shares_slots: bool = True  # other slots may run candidates of it
     # --slots: the lane whose retry waits for, then runs, the device alone (no other candidate starts meanwhile)
     alone: Lane | None = None
+    one_slot: bool = False  # --slots: the cell runs one candidate at a time since (shared_device_proof)
 
     @property
     def running(self) -> list[int]:
@@ -135,9 +136,7 @@ class Runner(UnitRunner):
             self.store.save_partial(self.doc)
 
     def _lanes(self) -> list[Lane]:
-        if self.lanes:
-            return self.lanes
-        return [Lane(self.runtime, self.plan.budget, self.plan.watcher_factory)]
+        return self.lanes or [Lane(self.runtime, self.plan.budget, self.plan.watcher_factory)]
 
     # -- the run: UnitRunner's, with lanes side by side and every runtime closed --------
     def _run_cells(self, cells: list[tuple[Engine, str]]) -> None:
@@ -150,11 +149,8 @@ class Runner(UnitRunner):
             self._run_side_by_side(cells, self._lanes())
 
     def _close(self) -> None:
-        closed: set[int] = set()
-        for rt in [self.runtime, *(lane.runtime for lane in self._lanes())]:
-            if id(rt) not in closed:
-                closed.add(id(rt))
-                rt.close()
+        for rt in {id(r): r for r in [self.runtime, *(lane.runtime for lane in self._lanes())]}.values():
+            rt.close()  # each runtime once
 
     def _run_side_by_side(self, cells: list[tuple[Engine, str]], lanes: list[Lane]) -> None:
         """One worker thread per lane takes the next cell until none is left. Signals reach the
@@ -264,9 +260,7 @@ class Runner(UnitRunner):
             rec = updated(rec, node=dict(where))
         if lane.gpu is not None:
             rec = updated(rec, gpu=from_json(LaneGpu, lane.gpu))
-        if slot is not None:
-            rec = updated(rec, slot=slot)
-        return rec
+        return rec if slot is None else updated(rec, slot=slot)
 
     def _calibrate(self, job: _Search, lane: Lane) -> int | None:
         """Overhead = device-delta peak − framework peak at a small batch (GPU only)."""
@@ -408,8 +402,13 @@ class Runner(UnitRunner):
                 attempt = 1 + sum(1 for t in trials if t[0] == batch) + job.running.count(batch)
                 what = "retry" if attempt > 1 else "search" if batch == r.decision.batch else "speculative"
                 # --slots: a retry (its first attempt failed for no memory reason, e.g. a deadline passed beside
-                # other candidates) runs alone on the device, under the one-slot search's conditions.
-                job.alone = lane if self.slot_plan is not None and attempt > 1 else None
+                # other candidates) runs alone on the device, under the one-slot search's conditions; so does every
+                # candidate of a cell whose retry alone proved the sharing slowed it (shared_device_reason).
+                why = shared_device_reason(job.cell) if self.slot_plan is not None else None
+                if why and not job.one_slot:
+                    job.one_slot = True
+                    self.view.note(f"{engine.name} {precision}: one candidate at a time from now on: {why}")
+                job.alone = lane if self.slot_plan is not None and (attempt > 1 or why) else None
                 if job.alone is lane and job.runs:
                     cond.wait(0.2)  # the others end (or are cancelled) first; none starts meanwhile
                     continue
