@@ -111,6 +111,15 @@ def new_cell(engine: str, precision: str) -> dict[str, Any]:
     return to_json(MaxbatchCell.new(engine, precision))
 
 
+def side_by_side(cell: MaxbatchCell | dict[str, Any]) -> list[MaxbatchTrial]:
+    """--slots: the cell's candidates (trials and cancelled ones) that ran while another of its candidates ran, by
+    their recorded slot times."""
+    c = cell_of(cell)
+    ran = [t for t in c.trials + c.cancelled if t.slot is not None]
+    return [t for t in ran if any(o is not t and o.slot.started_unix_s < t.slot.ended_unix_s  # type: ignore[union-attr]
+                                  and t.slot.started_unix_s < o.slot.ended_unix_s for o in ran)]  # type: ignore[union-attr]
+
+
 def shared_device_proof(cell: MaxbatchCell | dict[str, Any]) -> tuple[MaxbatchTrial, MaxbatchTrial] | None:
     """--slots: the first batch whose deadline passed beside other candidates (attempt 1, `timeout`) and whose retry,
     alone on the device, ended inside it (any other status): (that first attempt, its retry), or None. Such a cell's
@@ -118,18 +127,12 @@ def shared_device_proof(cell: MaxbatchCell | dict[str, Any]) -> tuple[MaxbatchTr
     candidate at a time: side by side its candidates would pass their deadline again, each costing a retry alone.
     Read from the recorded candidates, so a resumed cell goes on as it left off."""
     c = cell_of(cell)
-    ran = [t for t in c.trials + c.cancelled if t.slot is not None]
-
-    def beside_others(t: MaxbatchTrial) -> bool:
-        a = t.slot
-        return a is not None and any(o is not t and o.slot.started_unix_s < a.ended_unix_s
-                                     and a.started_unix_s < o.slot.ended_unix_s for o in ran)
-
+    beside = {id(t) for t in side_by_side(c)}
     for retry in c.trials:
-        if retry.attempt < 2 or retry.status == Status.TIMEOUT.value or beside_others(retry):
+        if retry.attempt < 2 or retry.status == Status.TIMEOUT.value or retry.slot is None or id(retry) in beside:
             continue
         first = next((t for t in c.trials if t.batch == retry.batch and t.attempt == 1), None)
-        if first is not None and first.status == Status.TIMEOUT.value and beside_others(first):
+        if first is not None and first.status == Status.TIMEOUT.value and id(first) in beside:
             return first, retry
     return None
 

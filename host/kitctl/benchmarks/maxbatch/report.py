@@ -9,6 +9,7 @@ from ...core.stats import median
 from ...core.tables import Ratio, engine_label
 from ...reports import reference
 from ...reports.format import cell_label, fmt_int, join, mib, table
+from .cells import shared_device_proof, side_by_side
 from .results import MaxbatchCell, cell_of, cells as typed_cells
 from .table import CAPACITY_STATUSES, MEMORY_FAILURES, Row, cell_row, failures_below_pass, peak_heading, \
     peak_inversions, ratio_pairs, trial_points
@@ -194,22 +195,39 @@ def caveats_results(src: Source) -> list[str]:
 
 
 def slots_cpu_note(cell: MaxbatchCell, fit: dict[str, Any] | None) -> str | None:
-    """--slots: when the cell's calibration candidate, alone, kept so many cores busy that its slots side by side
-    ask for more cores than the host has, its candidates' times include waiting for the CPU (a deadline passed
-    there is retried alone)."""
+    """--slots: what the slots shared, read from the cores each candidate kept busy (result.cpu). Side by side,
+    m cores each (median) times the slots near the host's cores: they waited for the CPU. Well under it, with a
+    deadline passed beside others that the batch's retry alone kept (shared_device_proof): the device was what they
+    shared. With no candidate measured side by side, the calibration's cores (it runs alone) times the slots says
+    whether they could ask for more than the host has."""
     if not isinstance(fit, dict) or not isinstance(fit.get("slots"), int) or fit["slots"] < 2 or not fit.get("cores"):
         return None
+    label, n, host = cell_label(cell.engine, cell.precision), fit["slots"], fit["cores"]
+    beside = [c["cores"] for t in side_by_side(cell) if isinstance(c := (t.result or {}).get("cpu"), dict)
+              and isinstance(c.get("cores"), (int, float))]
+    if beside:
+        m = median(beside)
+        busy = (f"side by side its candidates kept {m:,.1f} cores busy each (median of {len(beside)}), about "
+                f"{m * n:,.0f} of the host's {host} with {n} slots")
+        if m * n >= 0.9 * host:
+            return (f"**Slots share the host's CPUs** — {label}: {busy}: they waited for the CPU, and took longer "
+                    f"than alone. Fewer --slots, or more cores, shortens them.")
+        if (proof := shared_device_proof(cell)) is None:
+            return None
+        first, retry = proof
+        later = sum(1 for t in side_by_side(cell) if t.slot.started_unix_s >= retry.slot.ended_unix_s)  # type: ignore[union-attr]
+        then = ("from then on the cell ran one candidate at a time" if not later else
+                f"{later} candidates still ran side by side after it (a kit from before one-at-a-time)")
+        return (f"**Slots share the device** — {label}: batch {first.batch:,} passed its deadline beside other "
+                f"candidates ({first.elapsed_s or 0:,.0f} s) and ended alone in {retry.elapsed_s or 0:,.0f} s, while "
+                f"{busy}: the host had cores to spare, so the time was lost on the device; {then}. --slots 1 suits "
+                f"this engine on this card.")
     cpu = ((cell.calibration.result or {}) if cell.calibration is not None else {}).get("cpu")
-    if not isinstance(cpu, dict) or not isinstance(cpu.get("cores"), (int, float)):
+    if not isinstance(cpu, dict) or not isinstance(cpu.get("cores"), (int, float)) or cpu["cores"] * n <= host:
         return None
-    need = cpu["cores"] * fit["slots"]
-    if need <= fit["cores"]:
-        return None
-    return (f"**Slots share the host's CPUs** — {cell_label(cell.engine, cell.precision)}: its calibration "
-            f"candidate, alone, kept {cpu['cores']:,.1f} cores busy; {fit['slots']} slots side by side ask for "
-            f"{need:,.0f} of the host's {fit['cores']}: candidates waited for the CPU, and took longer than "
-            f"alone (a deadline passed beside others is retried alone). Fewer --slots, or more cores, "
-            f"shortens them.")
+    return (f"**Slots may share the host's CPUs** — {label}: its calibration candidate, alone, kept "
+            f"{cpu['cores']:,.1f} cores busy; {n} slots side by side would ask for {cpu['cores'] * n:,.0f} of the "
+            f"host's {host} (no candidate recorded its cores side by side).")
 
 
 def _gib(n: int) -> str:
