@@ -203,7 +203,8 @@ def slots_cpu_note(cell: MaxbatchCell, fit: dict[str, Any] | None) -> str | None
     if not isinstance(fit, dict) or not isinstance(fit.get("slots"), int) or fit["slots"] < 2 or not fit.get("cores"):
         return None
     label, n, host = cell_label(cell.engine, cell.precision), fit["slots"], fit["cores"]
-    beside = [c["cores"] for t in side_by_side(cell) if isinstance(c := (t.result or {}).get("cpu"), dict)
+    together = side_by_side(cell)
+    beside = [c["cores"] for t in together if isinstance(c := (t.result or {}).get("cpu"), dict)
               and isinstance(c.get("cores"), (int, float))]
     if beside:
         m = median(beside)
@@ -215,7 +216,7 @@ def slots_cpu_note(cell: MaxbatchCell, fit: dict[str, Any] | None) -> str | None
         if (proof := shared_device_proof(cell)) is None:
             return None
         first, retry = proof
-        later = sum(1 for t in side_by_side(cell) if t.slot.started_unix_s >= retry.slot.ended_unix_s)  # type: ignore[union-attr]
+        later = sum(1 for t in together if t.slot.started_unix_s >= retry.slot.ended_unix_s)  # type: ignore[union-attr]
         then = ("from then on the cell ran one candidate at a time" if not later else
                 f"{later} candidates still ran side by side after it (a kit from before one-at-a-time)")
         return (f"**Slots share the device** — {label}: batch {first.batch:,} passed its deadline beside other "

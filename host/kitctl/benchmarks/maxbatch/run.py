@@ -404,11 +404,11 @@ class Runner(UnitRunner):
                 # --slots: a retry (its first attempt failed for no memory reason, e.g. a deadline passed beside
                 # other candidates) runs alone on the device, under the one-slot search's conditions; so does every
                 # candidate of a cell whose retry alone proved the sharing slowed it (shared_device_reason).
-                why = shared_device_reason(job.cell) if self.slot_plan is not None else None
-                if why and not job.one_slot:
+                # Once found the proof stays (no candidate runs beside another after it): looked for until then.
+                if self.slot_plan is not None and not job.one_slot and (why := shared_device_reason(job.cell)):
                     job.one_slot = True
                     self.view.note(f"{engine.name} {precision}: one candidate at a time from now on: {why}")
-                job.alone = lane if self.slot_plan is not None and (attempt > 1 or why) else None
+                job.alone = lane if self.slot_plan is not None and (attempt > 1 or job.one_slot) else None
                 if job.alone is lane and job.runs:
                     cond.wait(0.2)  # the others end (or are cancelled) first; none starts meanwhile
                     continue
